@@ -1,0 +1,248 @@
+"""Corpus -> parse trees (cached) -> concept trees -> :class:`~crg.graph.ConceptGraph`.
+
+The pipeline streams: trees are parsed in chunks (in worker processes when asked), written to the
+parse cache chunk by chunk (a killed run resumes where it stopped), and each caption's concept tree
+goes straight into the graph builder, so memory stays proportional to the graph, not the trees.
+Bad captions are counted per reason and reported, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from nltk import Tree
+from tqdm.auto import tqdm
+
+from crg.caption_filter import caption_problem, normalize_caption
+from crg.corpus import Corpus
+from crg.extract import PRIMITIVE, extract_concepts
+from crg.graph import ConceptGraph, GraphBuilder
+from crg.parse_cache import ParseCache
+from crg.parser_base import ConstituencyParser
+
+__all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "iter_dump"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_EXAMPLES = 20
+
+
+@dataclass
+class BuildReport:
+    """What happened to every caption of the corpus."""
+
+    num_captions: int = 0
+    num_used: int = 0
+    num_parsed: int = 0
+    num_from_cache: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_examples: list[dict] = field(default_factory=list)
+    parse_seconds: float = 0.0  # parsing and extraction (they run together, in the workers)
+    extract_seconds: float = 0.0  # assembling the graph arrays
+
+    def skip(self, reason: str, image_id: str, caption_index: int, text) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if len(self.skipped_examples) < _MAX_EXAMPLES:
+            self.skipped_examples.append({"image_id": image_id, "caption_index": caption_index,
+                                          "reason": reason, "text": str(text)[:200]})
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["num_skipped"] = sum(self.skipped.values())
+        return d
+
+
+# ---------------------------------------------------------------------- parsing with workers
+_WORKER_PARSER: ConstituencyParser | None = None
+_WORKER_SPEC: tuple | None = None
+
+
+def _init_worker(spec: tuple | None) -> None:
+    global _WORKER_SPEC
+    _WORKER_SPEC = spec
+
+
+def _worker_parser() -> ConstituencyParser:
+    """The parser of this process: inherited through fork, or built from the spec on first use."""
+    global _WORKER_PARSER
+    if _WORKER_PARSER is None:
+        from crg.parse import make_parser
+
+        name, model, options = _WORKER_SPEC
+        _WORKER_PARSER = make_parser(name, model, **options)
+    return _WORKER_PARSER
+
+
+def _parse_with(parser: ConstituencyParser, texts: list[str]) -> list[str | None]:
+    """Bracketed trees for ``texts``; a sentence the parser fails on gives ``None``, not a crash."""
+    try:
+        return [t.pformat(margin=10**9) for t in parser.parse_texts(texts)]
+    except Exception as err:  # one bad sentence must not sink the chunk: retry one by one
+        logger.debug("chunk failed (%s); parsing its %d sentences one by one", err, len(texts))
+        out = []
+        for text in texts:
+            try:
+                out.append(parser.parse_texts([text])[0].pformat(margin=10**9))
+            except Exception as one_err:
+                logger.warning("parser failed on %r: %s", text[:120], one_err)
+                out.append(None)
+        return out
+
+
+def _analyze_chunk(payload: tuple[list[str], list[str | None]]) -> list[tuple[str | None, object, bool]]:
+    """Parse (where not cached) and extract concepts: ``(bracketed, concept_root, newly_parsed)`` per text."""
+    texts, cached = payload
+    todo = [k for k, tree in enumerate(cached) if tree is None]
+    trees = list(cached)
+    if todo:
+        for k, tree in zip(todo, _parse_with(_worker_parser(), [texts[k] for k in todo])):
+            trees[k] = tree
+    out = []
+    for k, bracketed in enumerate(trees):
+        root = None
+        if bracketed is not None:
+            try:
+                root = extract_concepts(Tree.fromstring(bracketed))
+            except ValueError as err:  # a malformed cached or pre-parsed tree
+                logger.warning("cannot read the tree of %r: %s", texts[k][:120], err)
+                bracketed = None
+        out.append((bracketed, root, cached[k] is None))
+    return out
+
+
+def analyze_captions(texts: Sequence[str], parser: ConstituencyParser, *, cache: ParseCache | None = None,
+                     n_process: int = 1, chunk_size: int = 1000, parser_spec: tuple | None = None,
+                     progress: bool = True, report: BuildReport | None = None) -> Iterator[tuple]:
+    """Yield ``(bracketed_tree, concept_root)`` for each text, in order; ``(None, None)`` on failure.
+
+    Trees come from the cache when present; the rest are parsed (in ``n_process`` worker processes,
+    which also run the extraction) and written back to the cache chunk by chunk, so a killed run
+    resumes where it stopped.
+    """
+    global _WORKER_PARSER
+    key = parser.cache_key()
+    texts = list(texts)
+    cached: dict[str, str] = {}
+    if cache is not None:
+        distinct = list(dict.fromkeys(texts))
+        for start in range(0, len(distinct), 50_000):
+            chunk = distinct[start:start + 50_000]
+            cached.update((t, tree) for t, tree in zip(chunk, cache.get_many(key, chunk)) if tree is not None)
+    payloads = [(texts[i:i + chunk_size], [cached.get(t) for t in texts[i:i + chunk_size]])
+                for i in range(0, len(texts), chunk_size)]
+    del cached
+    started = time.perf_counter()
+    bar = tqdm(total=len(texts), desc=f"parsing + extracting ({parser.name})", unit="cap", disable=not progress)
+    _WORKER_PARSER = parser  # forked workers inherit it; spawned ones rebuild it from parser_spec
+    try:
+        can_fork = "fork" in mp.get_all_start_methods()
+        if n_process > 1 and len(payloads) > 1 and (can_fork or parser_spec is not None):
+            ctx = mp.get_context("fork" if can_fork else None)
+            with ctx.Pool(n_process, initializer=_init_worker, initargs=(parser_spec,)) as pool:
+                yield from _consume(pool.imap(_analyze_chunk, payloads), payloads, cache, key, report, bar)
+        else:
+            yield from _consume(map(_analyze_chunk, payloads), payloads, cache, key, report, bar)
+    finally:
+        _WORKER_PARSER = None
+        bar.close()
+        if report is not None:
+            report.parse_seconds += time.perf_counter() - started
+
+
+def _consume(results, payloads, cache, key, report, bar):
+    for (texts, _), result in zip(payloads, results):
+        fresh = [(t, r[0]) for t, r in zip(texts, result) if r[2] and r[0] is not None]
+        if cache is not None and fresh:
+            cache.put_many(key, fresh)
+        if report is not None:
+            n_new = sum(1 for r in result if r[2])
+            report.num_parsed += n_new
+            report.num_from_cache += len(result) - n_new
+        bar.update(len(texts))
+        for bracketed, root, _ in result:
+            yield bracketed, root
+
+
+# ---------------------------------------------------------------------- the build
+def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache | None = None,
+              n_process: int = 1, parser_spec: tuple | None = None, dump_path: str | Path | None = None,
+              progress: bool = True, max_words: int = 100) -> tuple[ConceptGraph, BuildReport]:
+    """Build the CRG of every caption of ``corpus`` (select splits first with ``corpus.select``).
+
+    ``dump_path`` writes one JSON line per used caption (see :func:`caption_record`).
+    """
+    report = BuildReport()
+    todo: list[tuple[int, int, str]] = []
+    for i, j, raw in corpus.iter_captions():
+        report.num_captions += 1
+        problem = caption_problem(raw, max_words=max_words)
+        if problem:
+            report.skip(problem, corpus.images[i].image_id, j, raw)
+            continue
+        todo.append((i, j, normalize_caption(raw)))
+
+    builder = GraphBuilder([im.image_id for im in corpus.images], [im.split for im in corpus.images])
+    dump = _open_atomic(dump_path) if dump_path else None
+    try:
+        results = analyze_captions([t for _, _, t in todo], parser, cache=cache, n_process=n_process,
+                                   parser_spec=parser_spec, progress=progress, report=report)
+        for (i, j, text), (bracketed, root) in zip(todo, results):
+            if root is None:
+                report.skip("parse_failed", corpus.images[i].image_id, j, text)
+                continue
+            builder.add_caption(i, j, text, root)
+            report.num_used += 1
+            if dump is not None:
+                rec = caption_record(corpus.images[i].image_id, text, bracketed, root)
+                dump.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    finally:
+        if dump is not None:
+            dump.close()
+    if dump is not None:
+        os.replace(dump.name, dump_path)
+    if report.skipped:
+        logger.warning("skipped %d of %d captions: %s (first examples in the report)",
+                       sum(report.skipped.values()), report.num_captions, report.skipped)
+    started = time.perf_counter()
+    graph = builder.build(meta={"corpus": str(corpus.path), "corpus_format": corpus.format,
+                                "parser": parser.cache_key(), "report": report.as_dict()})
+    report.extract_seconds = time.perf_counter() - started
+    return graph, report
+
+
+def _open_atomic(path):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path.with_name(path.name + ".tmp"), "w", encoding="utf-8")
+
+
+def caption_record(image_id: str, caption: str, bracketed: str, root) -> dict:
+    """The ``captions.jsonl`` line of one caption.
+
+    ``concepts`` are the sentence and phrase concepts (the paper's C, which excludes primitives),
+    parents first; ``predicates`` the template of each composition step, in the same order;
+    ``primitives`` the primitive concepts in sentence order.
+    """
+    nodes = list(root.walk())
+    return {
+        "image_id": image_id,
+        "caption": caption,
+        "tree": bracketed,
+        "concepts": [n.text for n in nodes if n.kind != PRIMITIVE],
+        "predicates": [n.predicate.template for n in nodes if n.predicate is not None],
+        "primitives": [n.text for n in sorted(nodes, key=lambda n: n.start) if n.kind == PRIMITIVE],
+        "height": root.height,
+    }
+
+
+def iter_dump(path: str | Path) -> Iterator[dict]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)

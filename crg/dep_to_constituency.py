@@ -1,0 +1,547 @@
+"""Convert a labelled dependency parse (ClearNLP labels, as spaCy's English models produce) into a
+Penn-Treebank-style constituency tree.
+
+Why: the paper parses with benepar, whose models cannot be downloaded here; spaCy's
+``en_core_web_sm`` installs from PyPI and parses fast. Its dependency trees hold the attachment
+decisions of a constituency parse; what they lack is the *projection* of each head into its phrase
+levels. This module adds exactly that, following PTB conventions:
+
+* a noun projects to a base ``NP`` (determiners, adjectives, compounds, numbers, possessors), then to
+  an ``NP`` over that base for post-modifiers: ``(NP (NP a man) (PP in (NP a shirt)))``;
+* a verb projects to a ``VP`` (objects, complements, PPs), one more ``VP`` per auxiliary
+  (``(VP are (VP running ...))``), an ``S`` with the subject (``SQ``/``SINV`` when inverted), and an
+  ``SBAR`` (``SBARQ``) with a complementizer or a relative/wh word;
+* coordination gives ``(XP (XP ..) (CC and) (XP ..))``, flat when every conjunct is a bare word;
+* adjectives, adverbs, prepositions and particles project to ``ADJP``, ``ADVP``, ``PP``, ``PRT``.
+
+Each dependent gets a *level* in its head's projection. A dependent sandwiched between dependents
+of a lower level is pulled down to that level, so every constituent covers a contiguous span and
+the leaves always come out in sentence order.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+from nltk import Tree
+
+__all__ = ["dependency_to_constituency", "projectivize", "escape_ptb_word", "unescape_ptb_word", "PUNCT_TAGS"]
+
+logger = logging.getLogger(__name__)
+
+#: How many sentences needed the flat fallback projection (for benchmarks and tests).
+FALLBACKS = [0]
+
+PUNCT_TAGS = frozenset({",", ".", ":", "``", "''", "-LRB-", "-RRB-", "HYPH", "NFP", "_SP"})
+NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
+NOMINAL_HEAD_TAGS = NOUN_TAGS | {"PRP", "EX", "CD", "WP", "FW", "SYM", "$", "ADD", "XX", "LS", "AFX",
+                                 "DT", "PDT", "WDT", "PRP$", "WP$", "POS"}
+VERB_TAGS = frozenset({"VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "MD"})
+ADJ_TAGS = frozenset({"JJ", "JJR", "JJS"})
+ADV_TAGS = frozenset({"RB", "RBR", "RBS", "WRB"})
+WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
+
+SUBJECT_DEPS = frozenset({"nsubj", "nsubjpass", "csubj", "csubjpass", "expl"})
+AUX_DEPS = frozenset({"aux", "auxpass"})
+# Dependents right of a noun that still belong to its base NP.
+RIGHT_BASE_DEPS = frozenset({"case", "compound", "nummod", "det", "poss", "nmod", "quantmod", "predet"})
+# Dependents left of a noun that attach above its base NP.
+LEFT_POST_DEPS = frozenset({"prep", "acl", "relcl", "advcl", "appos", "punct"})
+# Roles inside a base NP / ADJP: their phrases are spelled out flat, PTB style.
+NP_INTERNAL_ROLES = frozenset({"amod", "compound", "nmod", "nummod", "quantmod", "det", "predet", "nn"})
+# Roles whose single-word dependents stay bare preterminals.
+BARE_ROLES = NP_INTERNAL_ROLES | {"case", "aux", "auxpass", "neg", "cc", "punct", "mark", "preconj"}
+GLUE_PUNCT = frozenset({",", ":"})
+# Label of a temporary node whose children are spliced into the parent (flat compounds).
+_SPLICE = "@SPLICE"
+
+_ESCAPES = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
+_UNESCAPES = {v: k for k, v in _ESCAPES.items()} | {"``": '"', "''": '"'}
+
+
+def escape_ptb_word(word: str) -> str:
+    """PTB escapes for brackets, which would otherwise break bracketed tree strings.
+
+    >>> escape_ptb_word("(")
+    '-LRB-'
+    >>> escape_ptb_word("dog")
+    'dog'
+    """
+    return _ESCAPES.get(word, word)
+
+
+def unescape_ptb_word(word: str) -> str:
+    """Undo PTB escapes (``-LRB-`` -> ``(``, ``` `` ``` -> ``"``) before a model sees the word.
+
+    >>> unescape_ptb_word("-RRB-"), unescape_ptb_word("``")
+    (')', '"')
+    """
+    return _UNESCAPES.get(word, word)
+
+
+def projectivize(heads: Sequence[int]) -> list[int]:
+    """Lift non-projective arcs until every subtree covers a contiguous span.
+
+    ``heads[i]`` is the index of token ``i``'s head, ``i`` itself for a root. The dependent of the
+    shortest crossing arc is re-attached to its head's head (the standard lifting operation) until
+    no arc crosses; every token keeps an ancestor of its original head.
+
+    >>> projectivize([1, 1, 3, 1])      # already projective
+    [1, 1, 3, 1]
+    >>> projectivize([2, 2, 2, 0])      # the arc 0->3 spans token 1, which 0 does not dominate
+    [2, 2, 2, 2]
+    """
+    heads = list(heads)
+    for _ in range(len(heads) ** 2 + 1):
+        d = _shortest_crossing_dependent(heads)
+        if d is None:
+            return heads
+        h = heads[d]
+        # lift to the grandparent; a dependent of a root whose arc still crosses (several roots
+        # in one sentence) becomes a root of its own
+        heads[d] = heads[h] if heads[h] != h else d
+    raise AssertionError(f"projectivize did not converge for heads={heads}")
+
+
+def _dominates(heads: list[int], ancestor: int, token: int) -> bool:
+    for _ in range(len(heads) + 1):
+        if token == ancestor:
+            return True
+        if heads[token] == token:
+            return False
+        token = heads[token]
+    return False
+
+
+def _shortest_crossing_dependent(heads: list[int]) -> int | None:
+    best = None
+    for d, h in enumerate(heads):
+        if h == d or (best is not None and abs(h - d) >= abs(heads[best] - best)):
+            continue
+        lo, hi = min(d, h), max(d, h)
+        if any(not _dominates(heads, h, k) for k in range(lo + 1, hi)):
+            best = d
+    return best
+
+
+@dataclass
+class _Item:
+    """A built constituent and the token span it covers."""
+
+    tree: Tree
+    start: int
+    end: int
+    level: int = 0
+
+
+class _Converter:
+    """One sentence's conversion; holds the arrays so the recursive builders stay short."""
+
+    def __init__(self, words, tags, heads, deps):
+        self.words = [escape_ptb_word(w) for w in words]
+        self.tags = list(tags)
+        self.heads = projectivize(heads)
+        self.deps = list(deps)
+        self.children: list[list[int]] = [[] for _ in self.words]
+        for d, h in enumerate(self.heads):
+            if h != d:
+                self.children[h].append(d)
+        for h in range(len(self.words)):
+            for c in self.children[h]:
+                if self.deps[c] == "conj" and c < h:  # conjuncts follow their head; anything else is noise
+                    self.deps[c] = "dep"
+                # spaCy labels the second item of "a dog, a cat and a bird" appos of the first,
+                # with the coordinator below it: that is coordination, not apposition.
+                if self.deps[c] == "appos" and any(self.deps[g] in ("cc", "conj") for g in self.children[c]):
+                    self.deps[c] = "conj"
+        self.question = bool(self.words) and self.words[-1] == "?"
+
+    # ------------------------------------------------------------------ small helpers
+    def leaf(self, i: int) -> Tree:
+        word, tag = self.words[i], self.tags[i]
+        if word == '"':
+            word = "``" if tag == "``" else "''"
+        return Tree(tag, [word])
+
+    def kids(self, i: int, exclude=()) -> list[int]:
+        return [c for c in self.children[i] if c not in exclude]
+
+    def category(self, i: int) -> str:
+        tag = self.tags[i]
+        kid_deps = {self.deps[c] for c in self.children[i]}
+        if tag in VERB_TAGS:
+            return "verb"
+        if tag in ADJ_TAGS:
+            return "noun" if kid_deps & {"det", "poss"} else "adj"
+        if tag in NOMINAL_HEAD_TAGS:
+            return "noun"
+        if tag in ADV_TAGS:
+            return "adv"
+        if tag in ("IN", "TO"):
+            return "prep"
+        return {"RP": "prt", "UH": "intj", "CC": "conj"}.get(tag, "other")
+
+    def phrase_label(self, i: int) -> str:
+        return {"noun": "NP", "verb": "VP", "adj": "ADJP", "adv": "ADVP", "prep": "PP", "prt": "PRT",
+                "intj": "INTJ", "conj": "CONJP"}.get(self.category(i), "FRAG")
+
+    def subtree(self, i: int, exclude=()) -> list[int]:
+        out, stack = [], [i]
+        while stack:
+            t = stack.pop()
+            out.append(t)
+            stack.extend(self.kids(t, exclude))
+        return sorted(out)
+
+    # ------------------------------------------------------------------ fallback
+    def flat_projection(self) -> Tree:
+        """Each head with all its dependents as one flat phrase: crude, but always in word order."""
+
+        def build(i: int) -> tuple[int, Tree]:
+            kids = sorted(self.children[i])
+            if not kids:
+                return i, self.leaf(i)
+            parts = sorted([(i, self.leaf(i))] + [(self.subtree(c)[0], build(c)[1]) for c in kids],
+                           key=lambda p: p[0])
+            label = "S" if self.category(i) == "verb" else self.phrase_label(i)
+            return parts[0][0], Tree(label, [t for _, t in parts])
+
+        roots = [i for i, h in enumerate(self.heads) if h == i]
+        trees = [t if t.height() > 2 else Tree("FRAG", [t]) for _, t in sorted(build(r) for r in roots)]
+        return trees[0] if len(trees) == 1 else Tree("FRAG", trees)
+
+    # ------------------------------------------------------------------ entry point
+    def convert(self) -> Tree:
+        roots = [i for i, h in enumerate(self.heads) if h == i]
+        items = [self.build(r, "ROOT") for r in roots]
+        trees = [it.tree for it in items]
+        if len(trees) == 1:
+            top = trees[0]
+            if top.height() == 2:  # a one-word sentence: give it a phrase node
+                top = Tree("NP" if self.category(roots[0]) == "noun" else "FRAG", [top])
+        else:
+            labels = {t.label() for t in trees}
+            top = Tree("S" if labels <= {"S", "SQ", "SINV", "SBARQ"} else "FRAG", trees)
+        return Tree("TOP", [top])
+
+    # ------------------------------------------------------------------ coordination
+    def coordination(self, h: int) -> tuple[list[int], list[int]]:
+        """Conjuncts chained below ``h`` (``a -> b -> c``) and the coordinators/commas between them."""
+        conj, stack = [], [c for c in self.children[h] if self.deps[c] == "conj"]
+        while stack:
+            c = stack.pop()
+            conj.append(c)
+            stack.extend(g for g in self.children[c] if self.deps[g] == "conj")
+        if not conj:
+            return [], []
+        conj.sort()
+        owners = [h] + conj
+        candidates = [g for o in owners for g in self.children[o]
+                      if self.deps[g] in ("cc", "preconj") or (self.deps[g] == "punct" and self.tags[g] in GLUE_PUNCT)]
+        glue_set = set(candidates)
+        cores = []
+        for o in conj:
+            span = self.subtree(o, exclude=set(conj) | glue_set)
+            cores.append((span[0], span[-1]))
+        glue = []
+        for g in candidates:
+            if self.deps[g] == "preconj" and g < h:
+                continue
+            if not (h < g < conj[-1]) and self.deps[g] != "cc":
+                continue
+            if any(lo < g < hi for lo, hi in cores):
+                continue
+            glue.append(g)
+        return conj, sorted(glue)
+
+    # ------------------------------------------------------------------ generic projection
+    def project(self, h: int, items: list[_Item], labels: list[tuple[str | None, bool]],
+                coord: tuple[list[_Item], int] | None = None, bare_ok: bool = False) -> _Item:
+        """Nest ``h``'s projection: level k wraps level k-1 plus the items at level k.
+
+        ``labels[k] = (label, required)``: the node made at level k, and whether it is made even
+        when no item attaches there (an ``S`` over a subjectless complement clause, say).
+        ``coord = (members, k)``: a coordination (conjuncts and glue) joined right after level k
+        is built; what level k holds to the right of it is attached above the coordination.
+        With ``bare_ok``, a head with no dependents stays a bare preterminal.
+        """
+        top = len(labels) - 1
+        block = None
+        if coord is not None:
+            members, coord_level = coord
+            block = (min(m.start for m in members), max(m.end for m in members))
+            # the head's own dependents between the conjuncts ("people, one with a hat, and one ...")
+            # belong to the coordination; never drop them
+            inside = [it for it in items if block[0] < it.start < block[1]]
+            items = [it for it in items if it not in inside]
+            members = members + inside
+            coord = (members, coord_level)
+            for it in items:  # anything right of the coordination attaches above it
+                if it.start > block[1] and it.level < coord_level:
+                    it.level = coord_level
+        for k in range(top + 1):  # contiguity: pull sandwiched items down to level k
+            lo = min([h] + [it.start for it in items if it.level <= k])
+            hi = max([h] + [it.end for it in items if it.level <= k])
+            if block is not None and k >= coord[1]:
+                lo, hi = min(lo, block[0]), max(hi, block[1])
+            for it in items:
+                if it.level > k and lo <= it.start and it.end <= hi:
+                    it.level = k
+
+        if not items and coord is None and bare_ok:
+            return _Item(self.leaf(h), h, h)
+        cur = _Item(self.leaf(h), h, h)
+        made_node = False
+        for k in range(top + 1):
+            label, required = labels[k]
+            added = [it for it in items if it.level == k]
+            if coord is not None and k == coord[1]:
+                pre = [it for it in added if it.start < block[0]]
+                post = [it for it in added if it.start > block[1]]
+                first = self._node(label or "X", [cur] + pre) if pre else cur
+                first = self._as_phrase(first, h)
+                joined = self._join(first, coord[0], h)
+                cur = self._node(joined.tree.label(), [joined] + post) if post else joined
+                made_node = True
+                continue
+            if not added and not (required and label) and not (k == 0 and not bare_ok):
+                continue
+            if added and made_node and not required and all(it.tree.label() in PUNCT_TAGS for it in added):
+                cur = self._absorb(cur, added)  # a final period adds no phrase level of its own
+                continue
+            if label is None:  # nothing to make here: hand the items to the next level up
+                for it in added:
+                    it.level = k + 1
+                if k < top:
+                    continue
+                label = "X"
+            cur = self._node(label, [cur] + added)
+            made_node = True
+        return cur
+
+    def _absorb(self, node: _Item, extra: list[_Item]) -> _Item:
+        """``node`` with the constituents in ``extra`` added as its own children, in order."""
+        before = [it.tree for it in extra if it.start < node.start]
+        after = [it.tree for it in extra if it.start > node.end]
+        return _Item(Tree(node.tree.label(), before + list(node.tree) + after),
+                     min([node.start] + [it.start for it in extra]), max([node.end] + [it.end for it in extra]))
+
+    def _node(self, label: str, parts: list[_Item]) -> _Item:
+        parts = sorted(parts, key=lambda it: it.start)
+        trees = []
+        for p in parts:
+            trees.extend(p.tree if p.tree.label() == _SPLICE else [p.tree])
+        return _Item(Tree(label, trees), parts[0].start, parts[-1].end)
+
+    def _as_phrase(self, item: _Item, h: int) -> _Item:
+        if item.tree.height() == 2:
+            return _Item(Tree(self.phrase_label(h) if self.category(h) != "verb" else "VP", [item.tree]),
+                         item.start, item.end)
+        return item
+
+    def _join(self, first: _Item, members: list[_Item], h: int) -> _Item:
+        conjuncts = [first] + [m for m in members if m.tree.label() not in ("CC", "CONJP", ",", ":") and m.tree.label() not in PUNCT_TAGS]
+        parts = sorted([first] + members, key=lambda it: it.start)
+        if all(c.tree.height() == 3 and len(c.tree) == 1 for c in conjuncts):
+            # bare words: PTB coordinates them flat, (NP (NNS dogs) (CC and) (NNS cats))
+            label = conjuncts[0].tree.label()
+            flat = [p.tree[0] if p in conjuncts else p.tree for p in parts]
+            return _Item(Tree(label, flat), parts[0].start, parts[-1].end)
+        labels = {c.tree.label() for c in conjuncts}
+        label = labels.pop() if len(labels) == 1 else "UCP"
+        return self._node(label, parts)
+
+    # ------------------------------------------------------------------ per-category builders
+    def build(self, i: int, role: str, exclude=frozenset()) -> _Item:
+        """The constituent headed by token ``i`` in its dependency ``role``, without ``exclude``."""
+        cat = self.category(i)
+        if role in BARE_ROLES and not self.kids(i, exclude):
+            return _Item(self.leaf(i), i, i)  # "a smiling man", "is": words, not phrases
+        if role in ("compound", "nmod", "nn") and cat == "noun":
+            span = self.subtree(i, exclude)  # PTB keeps noun compounds flat: "New York City"
+            return _Item(Tree(_SPLICE, [self.leaf(j) for j in span]), span[0], span[-1])
+        conj, glue = ([], []) if role == "conj" else self.coordination(i)
+        conj = [c for c in conj if c not in exclude]
+        skip = set(exclude) | set(conj) | set(glue)
+        if cat == "verb":
+            return self.build_clause(i, role, skip, conj, glue)
+        if cat == "noun":
+            return self.build_nominal(i, role, skip, conj, glue)
+        return self.build_simple(i, role, skip, conj, glue)
+
+    def _members(self, conj: list[int], glue: list[int], chain: set[int]) -> list[_Item]:
+        members = [self.build(c, "conj", exclude=chain) for c in conj]
+        members += [self.build(g, self.deps[g], exclude=chain) for g in glue]  # "as well as" is a CONJP
+        return members
+
+    def _child_items(self, i: int, skip) -> list[_Item]:
+        return [self.build(c, self.deps[c]) for c in sorted(self.kids(i, skip))]
+
+    def build_nominal(self, i: int, role: str, skip, conj, glue) -> _Item:
+        items = self._child_items(i, skip)
+        for it, c in zip(items, sorted(self.kids(i, skip))):
+            d = self.deps[c]
+            it.level = 1 if (c < i and d in LEFT_POST_DEPS) or (c > i and d not in RIGHT_BASE_DEPS) else 0
+        wh = role != "conj" and self._wh_position(i)
+        base = "WHNP" if wh and self.tags[i] in WH_TAGS | {"DT"} or wh and any(
+            self.tags[c] in ("WDT", "WP", "WP$") for c in self.children[i]) else "NP"
+        coord = (self._members(conj, glue, set(conj) | set(glue)), 1) if conj else None
+        bare_ok = role in BARE_ROLES or (role == "poss" and self.tags[i] in ("PRP$", "WP$"))
+        item = self.project(i, items, [(base, False), ("NP", False)], coord, bare_ok=bare_ok)
+        if role in ("amod", "nummod") and item.tree.height() > 2:
+            item.tree = Tree("QP" if role == "nummod" else "ADJP", [t for t in item.tree])
+        return item
+
+    def _wh_position(self, i: int) -> bool:
+        """Is ``i`` the fronted wh-phrase of a relative clause or question?"""
+        h = self.heads[i]
+        if h == i or i > h:
+            return False
+        if self.tags[self.subtree(i)[0]] not in WH_TAGS and self.words[i].lower() != "that":
+            return False
+        return self.deps[h] in ("relcl", "advcl", "ccomp") or (self.deps[h] == "ROOT" and self.question)
+
+    def build_simple(self, i: int, role: str, skip, conj, glue) -> _Item:
+        """Adjectives, adverbs, prepositions, particles, interjections: one flat phrase."""
+        kids = sorted(self.kids(i, skip))
+        label = self.phrase_label(i)
+        if label == "PP" and not any(self.deps[c] in ("pobj", "pcomp") for c in kids):
+            label = "ADVP" if role in ("advmod", "npadvmod") and self.tags[i] != "IN" else "PP"
+        if label == "ADVP" and self.tags[i] == "WRB" and self._wh_position(i):
+            label = "WHADVP"
+        if label == "PP" and self._wh_position(i):
+            label = "WHPP"
+        items = self._child_items(i, skip)
+        coord = (self._members(conj, glue, set(conj) | set(glue)), 0) if conj else None
+        head_cat = self.category(self.heads[i]) if self.heads[i] != i else None
+        bare_ok = role in BARE_ROLES or (role == "advmod" and (head_cat in ("adj", "adv") or
+                                                               (head_cat == "noun" and i < self.heads[i])))
+        if role in NP_INTERNAL_ROLES and items and coord is None:
+            span = self.subtree(i, skip)  # "a very big dog": a flat ADJP inside the NP
+            return _Item(Tree("QP" if role == "nummod" else "ADJP", [self.leaf(j) for j in span]),
+                         span[0], span[-1])
+        return self.project(i, items, [(label, False)], coord, bare_ok=bare_ok)
+
+    def build_clause(self, v: int, role: str, skip, conj, glue) -> _Item:
+        kids = sorted(self.kids(v, skip))
+        items = {c: it for c, it in zip(kids, self._child_items(v, skip))}
+        sbar_deps = [c for c in kids if self._is_sbar_dep(v, c)]
+        subj = [c for c in kids if self.deps[c] in SUBJECT_DEPS and c not in sbar_deps]
+        inverted = bool(subj) and min(subj) > v
+        first_subj = min(subj) if subj else -1
+        auxes = [c for c in kids if self.deps[c] in AUX_DEPS and first_subj < c < v]
+        a = len(auxes)
+        s_level, sbar_level = a + 1, a + 2
+        has_to = any(self.tags[c] == "TO" for c in auxes)
+        needs_s = bool(subj) or has_to or bool(sbar_deps) or role not in ("acl", "conj", "amod")
+        for c, it in items.items():
+            d = self.deps[c]
+            if c in sbar_deps:
+                it.level = sbar_level
+            elif inverted or d in SUBJECT_DEPS or d == "punct":
+                it.level = s_level
+            elif c in auxes:
+                it.level = a - auxes.index(c)
+            elif d in AUX_DEPS or c > v:
+                it.level = s_level if d in AUX_DEPS else 0
+            else:  # left of the verb: inside the VP of the auxiliary before it, else at S level
+                before = [x for x in auxes if x < c]
+                it.level = a - auxes.index(before[-1]) if before else s_level
+            if it.level == s_level and not needs_s:
+                it.level = 0
+        clause = "S"
+        aux_first = any(self.deps[c] in AUX_DEPS and c < first_subj for c in kids) if subj else False
+        wh_question = self.question and role == "ROOT" and bool(sbar_deps)
+        if inverted or aux_first or wh_question:
+            clause = "SQ" if self.question else "SINV"
+        sbar = "SBARQ" if wh_question else "SBAR"
+        labels = [("VP", False)] + [("VP", False)] * a + [(clause, needs_s), (sbar, False)]
+        coord = None
+        if conj:
+            with_subj = any(self.deps[g] in SUBJECT_DEPS for c in conj for g in self.children[c])
+            coord = (self._members(conj, glue, set(conj) | set(glue)), s_level if with_subj and subj else 0)
+        item = self.project(v, list(items.values()), labels, coord, bare_ok=False)
+        if item.tree.label() == "S" and (role == "relcl" or role == "ccomp" and self._finite(v, auxes)
+                                         and v > self.heads[v]):
+            item = _Item(Tree("SBAR", [item.tree]), item.start, item.end)  # zero complementizer / relativizer
+        if role == "ROOT" and item.tree.label() == "S" and self._participial_caption(v, subj, auxes):
+            item = self._as_noun_phrase_caption(item)
+        return item
+
+    def _finite(self, v: int, auxes: list[int]) -> bool:
+        """Tensed clause? ("said he would go" yes; "expect the merger to be" / "help me carry" no)."""
+        return any(self.tags[x] in ("VBD", "VBZ", "VBP", "MD") for x in auxes + [v]) and \
+            not any(self.tags[x] == "TO" for x in auxes)
+
+    def _participial_caption(self, v: int, subj: list[int], auxes: list[int]) -> bool:
+        """"Two men in suits shaking hands": spaCy makes the participle a root with a subject;
+        PTB (and benepar) read such captions as a noun phrase with a participial modifier."""
+        return self.tags[v] in ("VBG", "VBN") and not auxes and len(subj) == 1 and \
+            self.deps[subj[0]] == "nsubj" and self.category(subj[0]) == "noun" and subj[0] < v
+
+    def _as_noun_phrase_caption(self, item: _Item) -> _Item:
+        """(S (NP (NP two men) (PP in suits)) (VP shaking hands)) -> (NP (NP two men) (PP ..) (VP ..))."""
+        parts = list(item.tree)
+        subject = parts[0] if parts and isinstance(parts[0], Tree) else None
+        if subject is None or subject.label() != "NP":
+            return item
+        if isinstance(subject[0], Tree) and subject[0].label() == "NP" and len(subject) > 1 and \
+                all(isinstance(c, Tree) and c.height() > 2 for c in subject[1:]):
+            parts = list(subject) + parts[1:]  # the subject's own post-modified NP is this NP
+        return _Item(Tree("NP", parts), item.start, item.end)
+
+    def _is_sbar_dep(self, v: int, c: int) -> bool:
+        """Complementizers and the fronted wh-phrase of relative clauses and questions."""
+        if self.deps[c] == "mark":
+            return True
+        if c > v or c != min(self.children[v]):
+            return False
+        first = self.subtree(c)[0]
+        role = self.deps[v]
+        if role == "relcl":
+            return self.tags[first] in WH_TAGS or (self.words[c].lower() == "that" and c == first)
+        if self.tags[first] not in WH_TAGS:
+            return False
+        return role in ("advcl", "ccomp", "csubj", "pcomp", "xcomp") or (role == "ROOT" and self.question)
+
+
+def dependency_to_constituency(words: Sequence[str], tags: Sequence[str], heads: Sequence[int],
+                               deps: Sequence[str]) -> Tree:
+    """Project a dependency parse into a PTB-style constituency tree rooted at ``TOP``.
+
+    Args:
+        words: the tokens.
+        tags: their PTB part-of-speech tags.
+        heads: ``heads[i]`` is the index of token ``i``'s head; a root points to itself.
+        deps: ClearNLP dependency labels (``nsubj``, ``dobj``, ``prep``, ``pobj``, ...).
+
+    >>> words = "two dogs are running on the grass".split()
+    >>> tags = ["CD", "NNS", "VBP", "VBG", "IN", "DT", "NN"]
+    >>> heads = [1, 3, 3, 3, 3, 6, 4]
+    >>> deps = ["nummod", "nsubj", "aux", "ROOT", "prep", "det", "pobj"]
+    >>> print(dependency_to_constituency(words, tags, heads, deps).pformat(margin=1000))
+    (TOP (S (NP (CD two) (NNS dogs)) (VP (VBP are) (VP (VBG running) (PP (IN on) (NP (DT the) (NN grass)))))))
+    """
+    if not (len(words) == len(tags) == len(heads) == len(deps)):
+        raise ValueError(f"words, tags, heads and deps differ in length: "
+                         f"{len(words)}, {len(tags)}, {len(heads)}, {len(deps)}")
+    if not words:
+        raise ValueError("cannot convert an empty sentence")
+    for i, h in enumerate(heads):
+        if not 0 <= h < len(words):
+            raise ValueError(f"head {h} of token {i} ({words[i]!r}) is outside the sentence of {len(words)} tokens")
+    converter = _Converter(words, tags, heads, deps)
+    tree = converter.convert()
+    if [_leaf_key(w) for w in tree.leaves()] != [_leaf_key(escape_ptb_word(w)) for w in words]:
+        # Unusual dependency structures (a coordinator with its own conjuncts, say) can defeat the
+        # level assignment. Fall back to one flat phrase per head, which always keeps word order.
+        logger.debug("falling back to flat projection for %s", list(words))
+        FALLBACKS[0] += 1
+        tree = Tree("TOP", [converter.flat_projection()])
+    return tree
+
+
+def _leaf_key(word: str) -> str:
+    return '"' if word in ("``", "''", '"') else word

