@@ -31,6 +31,9 @@ __all__ = ["dependency_to_constituency", "projectivize", "escape_ptb_word", "une
 
 logger = logging.getLogger(__name__)
 
+#: Bump whenever the conversion's output can change: parse caches are keyed on it.
+CONVERTER_VERSION = "4"
+
 #: How many sentences needed the flat fallback projection (for benchmarks and tests).
 FALLBACKS = [0]
 
@@ -344,7 +347,7 @@ class _Converter:
     def _join(self, first: _Item, members: list[_Item], h: int) -> _Item:
         conjuncts = [first] + [m for m in members if m.tree.label() not in ("CC", "CONJP", ",", ":") and m.tree.label() not in PUNCT_TAGS]
         parts = sorted([first] + members, key=lambda it: it.start)
-        if all(c.tree.height() == 3 and len(c.tree) == 1 for c in conjuncts):
+        if all(c.tree.height() == 3 and len(c.tree) == 1 and c.tree.label() not in ("VP", "S") for c in conjuncts):
             # bare words: PTB coordinates them flat, (NP (NNS dogs) (CC and) (NNS cats))
             label = conjuncts[0].tree.label()
             flat = [p.tree[0] if p in conjuncts else p.tree for p in parts]
@@ -372,8 +375,18 @@ class _Converter:
         return self.build_simple(i, role, skip, conj, glue)
 
     def _members(self, conj: list[int], glue: list[int], chain: set[int]) -> list[_Item]:
-        members = [self.build(c, "conj", exclude=chain) for c in conj]
+        """The conjuncts and glue of a coordination, as items. A conjunct's dependents that lie past
+        the next conjunct or coordinator (spaCy hangs a final period or a PP on a middle conjunct)
+        are detached and join the coordination themselves, so no two members overlap."""
+        boundaries = sorted(conj + glue)
+        members, detached = [], []
+        for c in conj:
+            later = [b for b in boundaries if b > c]
+            stray = {g for g in self.children[c] if g not in chain and later and g > later[0]}
+            members.append(self.build(c, "conj", exclude=chain | stray))
+            detached.extend(stray)
         members += [self.build(g, self.deps[g], exclude=chain) for g in glue]  # "as well as" is a CONJP
+        members += [self.build(g, self.deps[g]) for g in sorted(detached)]
         return members
 
     def _child_items(self, i: int, skip) -> list[_Item]:
@@ -537,7 +550,7 @@ def dependency_to_constituency(words: Sequence[str], tags: Sequence[str], heads:
     if [_leaf_key(w) for w in tree.leaves()] != [_leaf_key(escape_ptb_word(w)) for w in words]:
         # Unusual dependency structures (a coordinator with its own conjuncts, say) can defeat the
         # level assignment. Fall back to one flat phrase per head, which always keeps word order.
-        logger.debug("falling back to flat projection for %s", list(words))
+        logger.warning("dependency structure defeated the projection; flat fallback for %s", " ".join(words))
         FALLBACKS[0] += 1
         tree = Tree("TOP", [converter.flat_projection()])
     return tree

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 from nltk import Tree
 
-from crg.dep_to_constituency import dependency_to_constituency, unescape_ptb_word
+from crg.dep_to_constituency import CONVERTER_VERSION, dependency_to_constituency, unescape_ptb_word
 from crg.parser_base import ConstituencyParser
 
 __all__ = ["SpacyParser", "load_spacy_model", "SPACY_MODEL_NAMES"]
@@ -73,10 +73,8 @@ class SpacyParser(ConstituencyParser):
         self.n_process = n_process
 
     def cache_key(self) -> str:
-        from crg import dep_to_constituency as conv
-
         meta = self.nlp.meta
-        return f"spacy:{meta.get('lang')}_{meta.get('name')}-{meta.get('version')}:conv{conv_version(conv)}"
+        return f"spacy:{meta.get('lang')}_{meta.get('name')}-{meta.get('version')}:conv{CONVERTER_VERSION}"
 
     def parse_texts(self, texts: Sequence[str]) -> list[Tree]:
         return list(self.iter_parse_texts(texts))
@@ -90,10 +88,6 @@ class SpacyParser(ConstituencyParser):
 
         docs = (Doc(self.nlp.vocab, words=[unescape_ptb_word(w) for w in words]) for words in sentences)
         return [doc_to_tree(doc) for doc in self.nlp.pipe(docs, batch_size=self.batch_size)]
-
-
-def conv_version(module) -> str:
-    return getattr(module, "CONVERTER_VERSION", "1")
 
 
 def doc_to_tree(doc) -> Tree:

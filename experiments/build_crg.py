@@ -40,8 +40,28 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--workers", type=int, default=None,
                     help="parser processes (default: all cores when more than 20,000 captions need parsing)")
     ap.add_argument("--max-words", type=int, default=100, help="skip captions longer than this")
+    ap.add_argument("--show", type=int, default=0, metavar="N",
+                    help="print the concept trees of the first N captions")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     return ap
+
+
+def format_caption_tree(graph, caption: int) -> str:
+    """A caption's composition as an indented tree: each concept with the predicate that builds it."""
+    image = graph.image_ids[graph.caption_image[caption]]
+    derivs = {d.parent: d for d in graph.caption_derivations(caption)}
+    lines = [f"image {image}: {graph.caption_texts[caption]}"]
+
+    def show(cid: int, depth: int) -> None:
+        c = graph.concept(cid)
+        d = derivs.get(cid)
+        rule = f"  =  {d.predicate.template}" if d else ""
+        lines.append(f"{'  ' * (depth + 1)}{c.label:<5} {c.text!r}{rule}")
+        for child in (d.children if d else ()):
+            show(child, depth + 1)
+
+    show(int(graph.caption_root[caption]), 0)
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -73,6 +93,8 @@ def main(argv=None) -> int:
     tmp = out / "stats.json.tmp"
     tmp.write_text(json.dumps(stats, indent=2) + "\n")
     tmp.replace(out / "stats.json")
+    for cap in range(min(args.show, graph.num_captions)):
+        print(format_caption_tree(graph, cap))
     print(json.dumps({k: stats[k] for k in ("num_concepts", "num_predicates", "num_primitives", "avg_height",
                                              "num_captions", "wall_seconds")}, indent=2))
     return 0

@@ -1,0 +1,45 @@
+"""Shared fixtures. Tests never write outside tmp dirs: the parse cache is redirected per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from nltk import Tree
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+SHARED = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    os.environ["GC_CACHE_DIR"] = str(tmp_path_factory.mktemp("gc_cache"))
+    yield
+
+
+@pytest.fixture(scope="session")
+def spacy_parser():
+    from crg.spacy_parser import SpacyParser
+
+    return SpacyParser()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED.exists():
+        pytest.skip(f"shared corpora not found at {SHARED} (tests that need real captions skip without ../shared)")
+    return SHARED
+
+
+def read_gold(path: Path) -> list[tuple[str, Tree]]:
+    """``(id, tree)`` pairs of a gold .mrg file (``# id:`` comment lines name the trees)."""
+    out, current = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line.startswith("# id:"):
+            current = line.split(":", 1)[1].strip()
+        elif line and not line.startswith("#"):
+            out.append((current, Tree.fromstring(line)))
+    return out

