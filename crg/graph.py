@@ -115,7 +115,7 @@ class ConceptGraph:
             "num_primitives": self.num_primitives,
             "avg_height": round(float(self.caption_height.mean()), 4) if self.num_captions else 0.0,
             "height_definition": "edges on the longest path from the sentence concept down to a primitive "
-                                 "(a one-noun caption such as 'Dogs.' has height 1)",
+                                 "(a one-noun caption such as 'Dogs.' is its primitive: height 0)",
             "num_sentence_concepts": int(np.count_nonzero(kinds & KIND_BITS[SENTENCE])),
             "num_phrase_concepts": int(np.count_nonzero(kinds & KIND_BITS[PHRASE])),
             "num_derivations": int(len(self.deriv_parent)),
