@@ -1,0 +1,354 @@
+"""The generated world's English: captions sampled from a scene's graph, and parsed back.
+
+Generation walks the scene graph as CREPE does (§A.3): start at an object, add some of its
+attributes, and possibly follow a true relation to another object, recursively; the walk's length
+sets the caption's complexity (CREPE's productivity axis). The logical form is then realised with
+real variety: determiners and counts, synonyms (ball/sphere, big/large, beside/next to), adjective
+order, prepositional phrases, relative clauses (``that is ...``), reduced relatives (``sitting
+...``), ``there is`` forms, coordination, clauses, and both "A red ball." and "a red ball" styles.
+
+Every sampled caption is checked against its scene before it is kept. :func:`parse_caption` and
+:func:`parse_phrase` read the language back into logical forms, which gives exact denotations for
+the noun phrases and sentences the CRG extracts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from features.world.scene import Scene, WorldConfig
+from features.world.semantics import ATTRIBUTE_KINDS, Caption, ObjectRef, holds
+
+__all__ = ["sample_caption", "realize", "parse_caption", "parse_phrase", "sample_captions"]
+
+NOUNS = {"ball": ("ball", "sphere"), "cube": ("cube", "box", "block"), "cylinder": ("cylinder",),
+         "cone": ("cone",), "pyramid": ("pyramid",), "ring": ("ring",)}
+PLURALS = {"box": "boxes"}
+SIZE_WORDS = {"small": ("small", "little", "tiny"), "medium": ("medium-sized",), "large": ("large", "big")}
+MATERIAL_WORDS = {"metal": ("metal", "metallic")}
+REL_WORDS = {"left_of": ("to the left of", "left of"), "right_of": ("to the right of", "right of"),
+             "in_front_of": ("in front of",), "behind": ("behind",), "next_to": ("next to", "beside", "near"),
+             "on_top_of": ("on top of", "on"), "under": ("under", "beneath", "below")}
+NUMBERS = {2: "two", 3: "three", 4: "four"}
+VERBS_ING = ("sitting", "lying", "resting", "standing", "placed")
+CLAUSE_VERBS_SG = ("is", "is", "sits", "is sitting", "is placed", "can be seen")
+CLAUSE_VERBS_PL = ("are", "are", "sit", "are sitting", "are placed", "can be seen")
+
+# caption forms and how often each is drawn (roughly Flickr30K/COCO-like: mostly NPs and clauses)
+FORMS = (("np", 0.22), ("np_rel", 0.2), ("clause", 0.26), ("there", 0.1), ("and", 0.1), ("count", 0.06),
+         ("two_clauses", 0.06))
+
+
+# ---------------------------------------------------------------------------- sampling
+def _choice(rng: random.Random, options):
+    return options[rng.randrange(len(options))]
+
+
+def _outgoing(scene: Scene, k: int) -> list[tuple[str, int]]:
+    """``(relation, other)`` pairs true of object ``k``, cached on the scene."""
+    table = scene.__dict__.get("_outgoing")
+    if table is None:
+        table = [[] for _ in scene.objects]
+        for a, r, b in scene.relations():
+            table[a].append((r, b))
+        scene.__dict__["_outgoing"] = table
+    return table[k]
+
+
+def _describe(rng: random.Random, scene: Scene, k: int, depth: int, n_attrs: int | None = None) -> ObjectRef:
+    obj = scene.objects[k]
+    if n_attrs is None:
+        n_attrs = _choice(rng, (0, 1, 1, 2, 2, 3))
+    kinds = rng.sample(ATTRIBUTE_KINDS, n_attrs)
+    attrs = tuple((kind, obj.attribute(kind)) for kind in ATTRIBUTE_KINDS if kind in kinds)
+    relation = None
+    if depth > 0:
+        options = _outgoing(scene, k)
+        if options:
+            r, b = _choice(rng, options)
+            relation = (r, _describe(rng, scene, b, depth - 1))
+    return ObjectRef(obj.shape, attrs, relation)
+
+
+def sample_caption(rng: random.Random, scene: Scene, max_tries: int = 50) -> Caption:
+    """A caption true of ``scene``, of a randomly drawn form and complexity."""
+    names, weights = zip(*FORMS)
+    for _ in range(max_tries):
+        form = rng.choices(names, weights)[0]
+        cap = _sample_form(rng, scene, form)
+        if cap is not None and holds(scene, cap):
+            return cap
+    k = rng.randrange(len(scene.objects))  # always true: "a <shape>"
+    return Caption("np", (ObjectRef(scene.objects[k].shape),))
+
+
+def _sample_form(rng: random.Random, scene: Scene, form: str) -> Caption | None:
+    n = len(scene.objects)
+    k = rng.randrange(n)
+    if form == "np":
+        return Caption("np", (_describe(rng, scene, k, depth=0, n_attrs=rng.randint(1, 3)),))
+    if form == "np_rel":
+        return Caption("np", (_describe(rng, scene, k, depth=_choice(rng, (1, 1, 2))),))
+    if form == "there":
+        return Caption("there", (_describe(rng, scene, k, depth=_choice(rng, (0, 1))),))
+    if form == "clause":
+        options = _outgoing(scene, k)
+        if not options:
+            return None
+        r, b = _choice(rng, options)
+        return Caption("clause", (_describe(rng, scene, k, 0), _describe(rng, scene, b, _choice(rng, (0, 0, 1)))), r)
+    if form == "and":
+        others = [j for j in range(n) if j != k]
+        picks = [k] + rng.sample(others, min(len(others), _choice(rng, (1, 1, 2))))
+        return Caption("and", tuple(_describe(rng, scene, j, 0) for j in picks))
+    if form == "count":
+        obj = scene.objects[k]
+        kinds = [kind for kind in ("color", "size", "material") if rng.random() < 0.5]
+        ref = ObjectRef(obj.shape, tuple((kind, obj.attribute(kind)) for kind in ATTRIBUTE_KINDS if kind in kinds))
+        from features.world.semantics import matching_objects
+
+        count = len(matching_objects(scene, ref))
+        if count not in NUMBERS:
+            return None
+        return Caption("there" if rng.random() < 0.5 else "np", (ObjectRef(ref.shape, ref.attrs, None, count),))
+    if form == "two_clauses":
+        a = _sample_form(rng, scene, "clause")
+        b = _sample_form(rng, scene, "clause")
+        return None if a is None or b is None else Caption("two_clauses", (a, b))
+    raise ValueError(f"unknown caption form {form!r}")
+
+
+# ---------------------------------------------------------------------------- realisation
+def _noun(rng, shape: str | None, plural: bool) -> str:
+    word = _choice(rng, NOUNS[shape]) if shape else _choice(rng, ("object", "thing"))
+    return (PLURALS.get(word, word + "s")) if plural else word
+
+
+def _adjective(rng, kind: str, value: str) -> str:
+    table = SIZE_WORDS if kind == "size" else MATERIAL_WORDS if kind == "material" else {}
+    return _choice(rng, table.get(value, (value,)))
+
+
+def _np(rng, ref: ObjectRef, definite_ok: bool = True) -> str:
+    plural = ref.count is not None and ref.count > 1
+    words = [_adjective(rng, kind, value) for kind, value in ref.attrs]
+    head = " ".join(words + [_noun(rng, ref.shape, plural)])
+    if ref.count is not None and ref.count > 1:
+        det = NUMBERS[ref.count]
+    else:
+        det = "an" if head[0] in "aeiou" else "a"
+    text = f"{det} {head}"
+    if ref.negated_attr:
+        kind, value = ref.negated_attr
+        text += f" that {'are' if plural else 'is'} not {_adjective(rng, kind, value)}"
+    if ref.relation:
+        rel, other = ref.relation
+        style = _choice(rng, ("pp", "pp", "that", "which", "ving"))
+        rel_words = _choice(rng, REL_WORDS[rel])
+        be = "are" if plural else "is"
+        if style == "pp":
+            text += f" {rel_words} {_np(rng, other)}"
+        elif style in ("that", "which"):
+            text += f" {style} {be} {rel_words} {_np(rng, other)}"
+        else:
+            text += f" {_choice(rng, VERBS_ING)} {rel_words} {_np(rng, other)}"
+    return text
+
+
+def realize(rng: random.Random, caption: Caption) -> str:
+    """One surface string for a logical form (random synonyms, styles and casing)."""
+    if caption.kind == "np":
+        text = _np(rng, caption.parts[0])
+    elif caption.kind == "there":
+        ref = caption.parts[0]
+        text = f"there {'are' if ref.count and ref.count > 1 else 'is'} {_np(rng, ref)}"
+    elif caption.kind == "negation":
+        text = f"there is no {_np(rng, caption.parts[0]).split(' ', 1)[1]}"
+    elif caption.kind == "clause":
+        subj, obj = caption.parts
+        plural = subj.count is not None and subj.count > 1
+        verb = _choice(rng, CLAUSE_VERBS_PL if plural else CLAUSE_VERBS_SG)
+        text = f"{_np(rng, subj)} {verb} {_choice(rng, REL_WORDS[caption.relation])} {_np(rng, obj)}"
+    elif caption.kind == "and":
+        nps = [_np(rng, p) for p in caption.parts]
+        text = nps[0] if len(nps) == 1 else ", ".join(nps[:-1]) + " and " + nps[-1]
+    elif caption.kind == "two_clauses":
+        a, b = (realize(rng, p).rstrip(".") for p in caption.parts)
+        text = f"{a[0].lower() + a[1:]}, and {b[0].lower() + b[1:]}" if rng.random() < 0.5 else f"{a} while {b}"
+    else:
+        raise ValueError(f"unknown caption kind {caption.kind!r}")
+    text = text.lower()
+    if rng.random() < 0.8:  # most captions: capitalised with a final period, like Flickr30K
+        text = text[0].upper() + text[1:] + "."
+    return text
+
+
+def sample_captions(rng: random.Random, scene: Scene, n: int = 5) -> list[tuple[str, Caption]]:
+    """``n`` distinct true captions of a scene with their logical forms."""
+    out, seen = [], set()
+    for _ in range(n * 20):
+        lf = sample_caption(rng, scene)
+        text = realize(rng, lf)
+        if text.lower().rstrip(".") in seen:
+            continue
+        seen.add(text.lower().rstrip("."))
+        out.append((text, lf))
+        if len(out) == n:
+            break
+    return out
+
+
+# ---------------------------------------------------------------------------- parsing back
+_WORD_TO_SHAPE = {w: s for s, words in NOUNS.items() for w in words}
+_WORD_TO_SHAPE.update({PLURALS.get(w, w + "s"): s for s, words in NOUNS.items() for w in words})
+_GENERIC = {"object", "thing", "objects", "things"}
+_PLURAL_WORDS = {PLURALS.get(w, w + "s") for words in NOUNS.values() for w in words} | {"objects", "things"}
+
+
+def _adjective_lexicon(cfg: WorldConfig) -> dict[str, tuple[str, str]]:
+    lex = {c: ("color", c) for c in cfg.colors}
+    lex.update({m: ("material", m) for m in cfg.materials})
+    for value, words in SIZE_WORDS.items():
+        lex.update({w: ("size", value) for w in words})
+    for value, words in MATERIAL_WORDS.items():
+        lex.update({w: ("material", value) for w in words})
+    return lex
+
+
+_REL_PHRASES = sorted(((tuple(p.split()), r) for r, ps in REL_WORDS.items() for p in ps), key=lambda x: -len(x[0]))
+_NUMBER_WORDS = {v: k for k, v in NUMBERS.items()}
+
+
+class _Parser:
+    def __init__(self, tokens: list[str], cfg: WorldConfig):
+        self.t = tokens
+        self.adj = _adjective_lexicon(cfg)
+
+    def rel(self, i: int):
+        for phrase, r in _REL_PHRASES:
+            if tuple(self.t[i:i + len(phrase)]) == phrase:
+                return r, i + len(phrase)
+        return None
+
+    def np(self, i: int, require_det: bool = False):
+        t = self.t
+        count, bare = None, False
+        if i < len(t) and t[i] in ("a", "an", "the", "one"):
+            i += 1
+        elif i < len(t) and t[i] in _NUMBER_WORDS:
+            count = _NUMBER_WORDS[t[i]]
+            i += 1
+        elif require_det:
+            return None
+        else:
+            bare = True  # "red balls", "ball": a CRG sub-phrase without its determiner
+        attrs = []
+        while i < len(t) and t[i] in self.adj:
+            attrs.append(self.adj[t[i]])
+            i += 1
+        if i >= len(t) or (t[i] not in _WORD_TO_SHAPE and t[i] not in _GENERIC):
+            return None
+        plural = t[i] in _PLURAL_WORDS
+        if plural and count is None and not bare or count is not None and not plural:
+            return None
+        shape = _WORD_TO_SHAPE.get(t[i])
+        i += 1
+        attrs = tuple(sorted(set(attrs), key=lambda a: ATTRIBUTE_KINDS.index(a[0])))
+        ref = ObjectRef(shape, attrs, None, count)
+        # optional post-modifier: PP, relative clause, reduced relative
+        j = i
+        if j + 1 < len(t) and t[j] in ("that", "which") and t[j + 1] in ("is", "are"):
+            j += 2
+        elif j < len(t) and t[j] in VERBS_ING:
+            j += 1
+        got = self.rel(j)
+        if got is not None:
+            relation, k = got
+            inner = self.np(k, require_det=True)
+            if inner is not None:
+                other, k = inner
+                return ObjectRef(shape, attrs, (relation, other), count), k
+        return ref, i
+
+    def clause(self, i: int):
+        subj = self.np(i)
+        if subj is None:
+            return None
+        ref, j = subj
+        verbs = sorted({v for v in CLAUSE_VERBS_SG + CLAUSE_VERBS_PL}, key=lambda v: -len(v.split()))
+        for v in verbs:
+            vw = v.split()
+            if self.t[j:j + len(vw)] == vw:
+                got = self.rel(j + len(vw))
+                if got is None:
+                    continue
+                relation, k = got
+                obj = self.np(k, require_det=True)
+                if obj is not None:
+                    return Caption("clause", (ref, obj[0]), relation), obj[1]
+        return None
+
+
+def _tokens(text: str) -> list[str]:
+    return re.sub(r"[.,]", " ", text.lower()).split()
+
+
+def parse_caption(text: str, cfg: WorldConfig = WorldConfig()) -> Caption | None:
+    """The logical form of a caption of the world's language, or ``None`` if it is not one."""
+    toks = _tokens(text)
+    p = _Parser(toks, cfg)
+    whole = _parse_sentence(p, 0)
+    if whole is not None and whole[1] == len(toks):
+        return whole[0]
+    # "X, and Y" / "X while Y"
+    for k, tok in enumerate(toks):
+        if tok in ("and", "while"):
+            left, right = _parse_sentence(p, 0), _parse_sentence(p, k + 1)
+            if left and right and left[1] == k and right[1] == len(toks) and \
+                    left[0].kind == "clause" and right[0].kind == "clause":
+                return Caption("two_clauses", (left[0], right[0]))
+    return None
+
+
+def _parse_sentence(p: _Parser, i: int):
+    t = p.t
+    if t[i:i + 2] in (["there", "is"], ["there", "are"]):
+        if t[i + 2:i + 3] == ["no"]:
+            got = p.np(i + 3)
+            return (Caption("negation", (got[0],)), got[1]) if got else None
+        got = p.np(i + 2, require_det=True)
+        return (Caption("there", (got[0],)), got[1]) if got else None
+    clause = p.clause(i)
+    if clause is not None:
+        return clause
+    parts, j = [], i
+    while True:
+        got = p.np(j, require_det=True)
+        if got is None:
+            return None
+        parts.append(got[0])
+        j = got[1]
+        if j < len(t) and t[j] == "and":
+            j += 1
+            continue
+        if j < len(t) and (t[j] in ("a", "an") or t[j] in _NUMBER_WORDS):  # "a X, a Y and a Z" (commas dropped)
+            continue
+        break
+    return (Caption("np", (parts[0],)) if len(parts) == 1 else Caption("and", tuple(parts))), j
+
+
+def parse_phrase(text: str, cfg: WorldConfig = WorldConfig()) -> Caption | None:
+    """The logical form of a CRG concept's text (a noun phrase or a sentence), if it has one.
+
+    A bare noun ("ball") or an NP without determiner ("red balls") means "some such object".
+    """
+    cap = parse_caption(text, cfg)
+    if cap is not None:
+        return cap
+    toks = _tokens(text)
+    got = _Parser(toks, cfg).np(0)
+    if got is not None and got[1] == len(toks):
+        return Caption("np", (got[0] if got[0].count is not None or toks[0] in _NUMBER_WORDS
+                              else got[0].without_count(),))
+    return None

@@ -1,0 +1,55 @@
+"""Exact ground truth of a generated world: is a text true of an image, and which images is it true of.
+
+Real corpora only know that a caption was written for an image; the world knows its scene graphs, so
+any caption or phrase of its language has an exact denotation. Phrase-to-image retrieval can then be
+scored with all correct answers, and hard negatives can be guaranteed false.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from features.world.grammar import parse_phrase
+from features.world.scene import Scene, WorldConfig
+from features.world.semantics import holds
+
+__all__ = ["WorldTruth"]
+
+
+class WorldTruth:
+    """Scene graphs of a world, queried with texts.
+
+    >>> from features.world.scene import SceneObject
+    >>> s = Scene("im", [SceneObject("ball", "red", "small", "metal", 0.2, 0.5),
+    ...                  SceneObject("cube", "blue", "large", "wooden", 0.7, 0.5)])
+    >>> truth = WorldTruth({"im": s})
+    >>> truth.is_true("A red ball to the left of a blue cube.", "im"), truth.is_true("a blue ball", "im")
+    (True, False)
+    """
+
+    def __init__(self, scenes: dict[str, Scene], cfg: WorldConfig = WorldConfig()):
+        self.scenes = scenes
+        self.cfg = cfg
+        self._cache: dict[str, frozenset[str] | None] = {}
+
+    @classmethod
+    def load(cls, world_dir: str | Path) -> "WorldTruth":
+        from features.world.generate import load_scenes
+
+        return cls(load_scenes(Path(world_dir) / "scenes.jsonl.gz"))
+
+    def is_true(self, text: str, image_id: str) -> bool | None:
+        """Whether the text holds in the image's scene; ``None`` if it is not of the world's language."""
+        lf = parse_phrase(text, self.cfg)
+        if lf is None:
+            return None
+        return holds(self.scenes[image_id], lf)
+
+    def denotation(self, text: str) -> frozenset[str] | None:
+        """Ids of every image the text is true of; ``None`` if it is not of the world's language."""
+        key = " ".join(text.lower().split())
+        if key not in self._cache:
+            lf = parse_phrase(key, self.cfg)
+            self._cache[key] = None if lf is None else frozenset(
+                i for i, scene in self.scenes.items() if holds(scene, lf))
+        return self._cache[key]
