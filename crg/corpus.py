@@ -25,11 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-__all__ = ["ImageRecord", "Corpus", "CorpusFormatError", "read_corpus", "write_jsonl", "CORPUS_FORMATS"]
+__all__ = ["ImageRecord", "Corpus", "CorpusFormatError", "read_corpus", "write_jsonl", "CORPUS_FORMATS",
+           "KARPATHY_SPLITS", "SPLIT_ALIASES", "parse_splits"]
 
 logger = logging.getLogger(__name__)
 
 CORPUS_FORMATS = ("jsonl", "karpathy", "tsv", "scan")
+# Karpathy's split labels. COCO's val2014 minus val/test is "restval"; the usual protocol trains on
+# train + restval (113,287 images) and tests on the 5K test split (or its five 1K folds).
+KARPATHY_SPLITS = ("train", "restval", "val", "test")
+# Names users type for split groups -> the labels they stand for.
+SPLIT_ALIASES = {"trainval": ("train", "restval"), "train+restval": ("train", "restval"), "all": None}
 # SCAN names its validation split "dev" and its 5K COCO test "testall".
 _SCAN_SPLITS = {"train": "train", "dev": "val", "val": "val", "test": "test", "testall": "test"}
 
@@ -88,11 +94,42 @@ class Corpus:
                              f"the corpus has {self.splits}")
         return Corpus(self.path, self.format, [im for im in self.images if im.split in wanted])
 
+    @property
+    def image_ids(self) -> list[str]:
+        """The images' ids, in corpus order."""
+        return [im.image_id for im in self.images]
+
     def iter_captions(self) -> Iterator[tuple[int, int, str]]:
         """``(image_index, caption_index_within_image, caption)`` for every caption."""
         for i, im in enumerate(self.images):
             for j, cap in enumerate(im.captions):
                 yield i, j, cap
+
+
+def parse_splits(spec: str | Iterable[str] | None) -> tuple[str, ...] | None:
+    """Split names from a ``--split`` value, for :meth:`Corpus.select` (``None`` = every image).
+
+    Comma-separated names; ``trainval`` / ``train+restval`` stand for Karpathy's ``train`` and ``restval``
+    (the COCO training protocol), ``all`` for every image.
+
+    >>> parse_splits("test"), parse_splits("val, test"), parse_splits("train+restval")
+    (('test',), ('val', 'test'), ('train', 'restval'))
+    >>> parse_splits("trainval,val"), parse_splits(None), parse_splits("all")
+    (('train', 'restval', 'val'), None, None)
+    """
+    if spec is None:
+        return None
+    parts = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec) if p.strip()]
+    out: list[str] = []
+    for part in parts:
+        if part in SPLIT_ALIASES:
+            expanded = SPLIT_ALIASES[part]
+            if expanded is None:
+                return None
+            out.extend(expanded)
+        else:
+            out.append(part)
+    return tuple(dict.fromkeys(out)) or None
 
 
 def read_corpus(path: str | Path, format: str | None = None, *, ids_path: str | Path | None = None,

@@ -27,7 +27,9 @@ from crg.parse_cache import ParseCache, default_cache_path  # noqa: E402
 
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--captions", required=True, help="caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--captions", help="caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
+    src.add_argument("--data", help="a named dataset: world (generated offline), f30k, coco (features/catalog.py)")
     ap.add_argument("--format", choices=CORPUS_FORMATS, default=None, help="corpus format (default: detect)")
     ap.add_argument("--split", default=None,
                     help="comma-separated splits to use, e.g. train or val,test (default: all images)")
@@ -68,6 +70,10 @@ def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
+    if args.data:
+        from features.catalog import resolve_dataset
+
+        args.captions = str(resolve_dataset(args.data, progress=not args.quiet).captions)
     corpus = read_corpus(args.captions, args.format)
     if args.split:
         corpus = corpus.select([s.strip() for s in args.split.split(",") if s.strip()])

@@ -1,0 +1,91 @@
+"""Named datasets for ``--data NAME``: where the captions and features are, and which splits to use.
+
+* ``world`` -- the generated world (the offline default). Generated on first use into
+  ``$GC_DATA_DIR/world-s{seed}-n{num_images}`` (default ``~/.cache/grounded_composer/data``), then
+  reused; same seed, same files.
+* ``f30k`` -- Flickr30K, Karpathy splits (train / val / test = 29,000 / 1,014 / 1,000 images). Captions
+  default to ``../shared/data/flickr30k/captions.jsonl`` when present; features must be given
+  (``--features STORE``, see docs/features.md).
+* ``coco`` -- COCO, Karpathy splits; training uses train + restval, testing the 5K test (or 1K folds).
+
+Anything else is read as a path: ``--data my_captions.jsonl --features my_store.h5``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["DatasetSpec", "resolve_dataset", "DATASETS", "data_root"]
+
+_REPO = Path(__file__).resolve().parents[1]
+_SHARED = _REPO.parent / "shared" / "data"
+DATASETS = ("world", "f30k", "coco")
+
+
+@dataclass
+class DatasetSpec:
+    """Where a dataset lives and how it is split.
+
+    Attributes:
+        name: the dataset's name.
+        captions: caption corpus (any format :func:`crg.read_corpus` reads).
+        features: feature store (``.h5``), or ``None`` when not available yet.
+        train_splits, val_splits, test_splits: split labels of each role.
+        world_dir: for the generated world, its directory (scene graphs for exact truth).
+    """
+
+    name: str
+    captions: Path
+    features: Path | None
+    train_splits: tuple[str, ...] = ("train",)
+    val_splits: tuple[str, ...] = ("val",)
+    test_splits: tuple[str, ...] = ("test",)
+    world_dir: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+    def require_features(self) -> Path:
+        if self.features is None or not Path(self.features).exists():
+            raise FileNotFoundError(
+                f"dataset {self.name!r} needs a feature store: pass --features STORE "
+                f"(got {self.features}); docs/features.md shows how to convert bottom-up features")
+        return Path(self.features)
+
+
+def data_root() -> Path:
+    root = os.environ.get("GC_DATA_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grounded_composer", "data")
+    return Path(root)
+
+
+def resolve_dataset(name: str, *, captions: str | Path | None = None, features: str | Path | None = None,
+                    world_images: int = 4000, world_seed: int = 0, progress: bool = True) -> DatasetSpec:
+    """Resolve ``--data NAME`` (plus optional ``--captions`` / ``--features`` overrides)."""
+    if name == "world":
+        from features.world.generate import GenerateConfig, generate_world
+
+        out = data_root() / f"world-s{world_seed}-n{world_images}"
+        if not (out / "world.json").exists():
+            generate_world(out, GenerateConfig(num_images=world_images, seed=world_seed), progress=progress)
+        return DatasetSpec("world", Path(captions or out / "captions.jsonl"), Path(features or out / "features.h5"),
+                           world_dir=out)
+    if name == "f30k":
+        default = _SHARED / "flickr30k" / "captions.jsonl"
+        caps = Path(captions) if captions else default
+        if not caps.exists():
+            raise FileNotFoundError(f"Flickr30K captions not found at {caps}; pass --captions PATH "
+                                    f"(the shared JSONL, or Karpathy's dataset_flickr30k.json)")
+        return DatasetSpec("f30k", caps, Path(features) if features else None)
+    if name == "coco":
+        default = _SHARED / "coco" / "captions.jsonl.gz"
+        caps = Path(captions) if captions else default
+        if not caps.exists():
+            raise FileNotFoundError(f"COCO captions not found at {caps}; pass --captions PATH "
+                                    f"(Karpathy's dataset_coco.json, or the shared JSONL)")
+        return DatasetSpec("coco", caps, Path(features) if features else None,
+                           train_splits=("train", "restval"))
+    path = Path(name)
+    if path.exists():
+        return DatasetSpec(path.stem, path, Path(features) if features else None)
+    raise ValueError(f"unknown dataset {name!r}: choose one of {DATASETS} or give a caption file path")
