@@ -1,0 +1,207 @@
+"""Transformer building blocks shared by every COMPOSER part and the flat baseline.
+
+* :class:`TransformerLayer` -- one post-LayerNorm BERT layer. Given ``encoder_states`` it becomes
+  cross-attention (queries from ``hidden``, keys and values from the encoder states), as in HF's
+  ``BertLayer``. Its sub-module names are HF's (``attention.self.query``, ``attention.output.dense``,
+  ``intermediate.dense``, ``output.LayerNorm``, ...) so BERT checkpoints load without renaming.
+* :class:`CoAttentionLayer` -- ViLBERT's co-attention block: two streams attend to each other at
+  the same time (each one's queries against the other's *input* states), each followed by its FFN.
+* :class:`VisualEmbedding` -- region features and box geometry linearly projected and summed, then
+  LayerNorm (ViLBERT's ``BertImageEmbeddings``).
+
+Masks everywhere are boolean with **True = attend** (a real token or region), False = padding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["CoAttentionLayer", "CoAttentionOutput", "TransformerLayer", "VisualEmbedding", "init_bert_weights"]
+
+
+def init_bert_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT's initialisation: normal(0, 0.02) weights, zero biases, unit LayerNorms. Use with ``Module.apply``."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class _Projections(nn.Module):
+    """Query, key and value projections (HF: ``attention.self``)."""
+
+    def __init__(self, hidden_size: int, kv_size: int, attention_size: int):
+        super().__init__()
+        self.query = nn.Linear(hidden_size, attention_size)
+        self.key = nn.Linear(kv_size, attention_size)
+        self.value = nn.Linear(kv_size, attention_size)
+
+
+class _Residual(nn.Module):
+    """Dense, dropout, residual add, LayerNorm (HF: ``attention.output`` and ``output``)."""
+
+    def __init__(self, in_size: int, hidden_size: int, dropout: float, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(in_size, hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)  # HF's spelling, so checkpoints load
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class _Attention(nn.Module):
+    """Multi-head attention with its output block (HF: ``attention``)."""
+
+    def __init__(self, hidden_size: int, kv_size: int, attention_size: int, num_heads: int,
+                 dropout: float, eps: float):
+        super().__init__()
+        if attention_size % num_heads:
+            raise ValueError(f"attention size {attention_size} is not a multiple of {num_heads} heads")
+        self.num_heads = num_heads
+        self.head_size = attention_size // num_heads
+        self.attention_dropout = dropout
+        self.self = _Projections(hidden_size, kv_size, attention_size)  # HF's name, so checkpoints load
+        self.output = _Residual(attention_size, hidden_size, dropout, eps)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, H, T, hs)
+
+    def forward(self, hidden: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, _ = hidden.shape
+        q = self._heads(self.self.query(hidden))                 # (B, H, T, hs)
+        k = self._heads(self.self.key(keys))                     # (B, H, K, hs)
+        v = self._heads(self.self.value(keys))                   # (B, H, K, hs)
+        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, K), True = attend
+        ctx = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0,
+            scale=1.0 / math.sqrt(self.head_size))               # (B, H, T, hs)
+        ctx = ctx.transpose(1, 2).reshape(B, T, self.num_heads * self.head_size)  # (B, T, H * hs)
+        return self.output(ctx, hidden)
+
+
+class _Intermediate(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, intermediate_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.dense(x))  # BERT's exact (erf) GELU
+
+
+class TransformerLayer(nn.Module):
+    """One BERT layer: (self- or cross-) attention, then a feed-forward block, each post-LayerNorm.
+
+    Args:
+        hidden_size: width D of the stream being updated (queries, residuals, FFN).
+        num_heads: attention heads; ``attention_size`` must be a multiple of it.
+        intermediate_size: FFN width.
+        encoder_size: width of the key/value states for cross-attention; default ``hidden_size``.
+        attention_size: width of the query/key/value projections; default ``hidden_size``
+            (ViLBERT's co-attention projects to a wider space, 1024 in the paper).
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, intermediate_size: int, *,
+                 encoder_size: int | None = None, attention_size: int | None = None,
+                 dropout: float = 0.1, layer_norm_eps: float = 1e-12):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.attention = _Attention(hidden_size, encoder_size or hidden_size, attention_size or hidden_size,
+                                    num_heads, dropout, layer_norm_eps)
+        self.intermediate = _Intermediate(hidden_size, intermediate_size)
+        self.output = _Residual(intermediate_size, hidden_size, dropout, layer_norm_eps)
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None, *,
+                encoder_states: torch.Tensor | None = None,
+                encoder_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Update ``hidden``.
+
+        Args:
+            hidden: (B, T, D) the stream's states; queries.
+            mask: (B, T) bool, True = real token. Keys of self-attention; ignored for cross-attention
+                (padded query rows are computed and left for the caller to ignore).
+            encoder_states: (B, K, De) keys and values for cross-attention; None = self-attention.
+            encoder_mask: (B, K) bool, True = attend to that key (cross-attention only).
+
+        Returns:
+            (B, T, D) updated states.
+        """
+        if encoder_states is None:
+            attended = self.attention(hidden, hidden, mask)
+        else:
+            attended = self.attention(hidden, encoder_states, encoder_mask)
+        return self.output(self.intermediate(attended), attended)
+
+
+@dataclass
+class CoAttentionOutput:
+    """The two streams after a co-attention block."""
+
+    text: torch.Tensor    # (B, T, Dt)
+    visual: torch.Tensor  # (B, R, Dv)
+
+
+class CoAttentionLayer(nn.Module):
+    """ViLBERT's co-attention block: text queries attend to regions and region queries to text, at once.
+
+    Both attentions read the streams as they enter the block, and each stream then passes its own
+    FFN. The attention works at ``cross_size`` width with ``cross_heads`` heads (1024 and 8 in the
+    paper) and projects back to each stream's width.
+    """
+
+    def __init__(self, text_size: int, visual_size: int, cross_size: int, cross_heads: int, *,
+                 text_intermediate_size: int, visual_intermediate_size: int,
+                 dropout: float = 0.1, layer_norm_eps: float = 1e-12):
+        super().__init__()
+        self.text = TransformerLayer(text_size, cross_heads, text_intermediate_size, encoder_size=visual_size,
+                                     attention_size=cross_size, dropout=dropout, layer_norm_eps=layer_norm_eps)
+        self.visual = TransformerLayer(visual_size, cross_heads, visual_intermediate_size, encoder_size=text_size,
+                                       attention_size=cross_size, dropout=dropout, layer_norm_eps=layer_norm_eps)
+
+    def forward(self, text: torch.Tensor, text_mask: torch.Tensor, visual: torch.Tensor,
+                visual_mask: torch.Tensor) -> CoAttentionOutput:
+        """Exchange information between the streams.
+
+        Args:
+            text: (B, T, Dt); text_mask: (B, T) bool, True = real token.
+            visual: (B, R, Dv); visual_mask: (B, R) bool, True = real region.
+        """
+        new_text = self.text(text, encoder_states=visual, encoder_mask=visual_mask)
+        new_visual = self.visual(visual, encoder_states=text, encoder_mask=text_mask)
+        return CoAttentionOutput(new_text, new_visual)
+
+
+class VisualEmbedding(nn.Module):
+    """Regions to the model's width: ``LayerNorm(W_f f + W_g g)``, then dropout (ViLBERT's image embedding).
+
+    A linear map of the concatenation ``[f; g]`` is the same family; two maps keep ViLBERT's names.
+    """
+
+    def __init__(self, region_dim: int, geometry_dim: int, hidden_size: int, *, dropout: float = 0.1,
+                 layer_norm_eps: float = 1e-12):
+        super().__init__()
+        self.region_dim = region_dim
+        self.geometry_dim = geometry_dim
+        self.image_embeddings = nn.Linear(region_dim, hidden_size)
+        self.image_location_embeddings = nn.Linear(geometry_dim, hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, regions: torch.Tensor, geometry: torch.Tensor) -> torch.Tensor:
+        """(I, R, Dr) features and (I, R, Dg) geometry -> (I, R, D). Padding regions are embedded too."""
+        if regions.shape[-1] != self.region_dim or geometry.shape[-1] != self.geometry_dim:
+            raise ValueError(f"regions (..., {regions.shape[-1]}) and geometry (..., {geometry.shape[-1]}) do not "
+                             f"match the config's region_dim={self.region_dim}, geometry_dim={self.geometry_dim}")
+        x = self.image_embeddings(regions) + self.image_location_embeddings(geometry)  # (I, R, D)
+        return self.dropout(self.LayerNorm(x))

@@ -1,0 +1,71 @@
+"""The flat cross-modal baseline: ViLBERT without multimodal pre-training, at COMPOSER's width and depth.
+
+The whole caption, ``[CLS] words [SEP]``, goes through BERT's embeddings and ``pt_layers`` text
+SelfAtt layers (initialised from ``text_model`` like the Predicate Transformer), then through a
+Composition Transformer with the image (the same interleaved SelfAtt / CrossAtt layers); a linear
+head scores the final ``[CLS]``. No structure, no recursion: one CT call per pair. It isolates
+what the recursive composition adds over a same-sized flat model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from composer.composition_transformer import AlignmentScorer, CompositionTransformer
+from composer.config import ComposerConfig
+from composer.model import check_visual_inputs
+from composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
+
+__all__ = ["FlatCrossTransformer", "FlatOutput"]
+
+
+@dataclass
+class FlatOutput:
+    """Sentence scores and embeddings of each (image, caption) pair."""
+
+    scores: torch.Tensor      # (Q,)
+    embeddings: torch.Tensor  # (Q, D) final [CLS] state
+
+
+class FlatCrossTransformer(nn.Module):
+    """Text SelfAtt layers (as many as the PT), then the CT's interleaved layers with the image."""
+
+    def __init__(self, cfg: ComposerConfig, *, load_pretrained: bool = True):
+        super().__init__()
+        self.config = cfg
+        self.text_encoder = PredicateTransformer.from_config(cfg, load_pretrained=load_pretrained)
+        self.composition_transformer = CompositionTransformer(cfg)
+        self.scorer = AlignmentScorer(cfg.text.hidden_size)
+
+    @classmethod
+    def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> FlatCrossTransformer:
+        return cls(cfg, load_pretrained=load_pretrained)
+
+    def make_tokenizer(self) -> TemplateTokenizer:
+        """``make_tokenizer().encode_sentences(captions)`` gives this model's token ids and mask."""
+        return TemplateTokenizer.from_config(self.config)
+
+    def forward(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                token_ids: torch.Tensor, token_mask: torch.Tensor, pair_image: torch.Tensor,
+                pair_caption: torch.Tensor) -> FlatOutput:
+        """Score Q (image, caption) pairs.
+
+        Args:
+            regions: (I, R, Dr); geometry: (I, R, Dg); region_mask: (I, R) bool, True = real region.
+            token_ids: (C, T) ``[CLS] caption [SEP]`` ids; token_mask: (C, T) bool, True = real token.
+            pair_image: (Q,) long image of each pair; pair_caption: (Q,) long caption of each pair.
+        """
+        check_visual_inputs(regions, geometry, region_mask)
+        device = regions.device
+        pair_image = pair_image.to(device=device, dtype=torch.long)
+        pair_caption = pair_caption.to(device=device, dtype=torch.long)
+        token_ids, token_mask = token_ids.to(device), token_mask.to(device)
+        text = self.text_encoder(token_ids, token_mask)                               # (C, T, D), once per caption
+        visual = self.composition_transformer.encode_visual(regions, geometry, region_mask)  # (I, R, Dv) | None
+        cls = self.composition_transformer(
+            text[pair_caption], token_mask[pair_caption],
+            None if visual is None else visual[pair_image], region_mask[pair_image])  # (Q, D)
+        return FlatOutput(scores=self.scorer(cls), embeddings=cls)

