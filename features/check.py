@@ -2,11 +2,14 @@
 
     python -m features.check data/coco_butd36.h5 --captions ../shared/data/coco/captions.jsonl.gz --split test
 
-Finds: a missing, truncated or non-HDF5 file; a file that is not a feature store or is from a newer
-format; index rows whose datasets are missing; shape mismatches (feature size, region counts, boxes);
-dtypes other than the store's; NaN/Inf in features or boxes; boxes outside their image; corpus images
-without features, and store ids spelled differently from the corpus's. Each finding is a
-:class:`Problem` whose message names the image and the fix.
+Finds: a missing, truncated or non-HDF5 file; a file that is not a feature store or is of another
+format version; index rows whose block is missing, or whose rows lie outside it (a short block) or
+overlap another image's; blocks with rows no image owns; shape mismatches (feature size, region counts,
+boxes); dtypes other than the store's; NaN/Inf in features or boxes; boxes outside their image; corpus
+images without features, and store ids spelled differently from the corpus's. Warns about blocks no
+index row references (an interrupted commit) and byte offsets that no longer match the file (reads
+then go through h5py). Each finding is a :class:`Problem` whose message names the image (or block)
+and the fix.
 
 Training and evaluation call :func:`require_valid_store`, which raises one :class:`FeatureStoreError`
 listing the problems, so a broken store fails at start with the same message this tool prints, never
@@ -25,10 +28,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 from .ids import suggest_id_format
-from .store import FORMAT_NAME, FORMAT_VERSION, FeatureStore, FeatureStoreError, _all_finite, _open_h5, h5_name
+from .store import (FORMAT_NAME, FORMAT_VERSION, FeatureStore, FeatureStoreError, _all_finite, _open_h5, _stale_offsets,
+                    _version_problem, block_name)
 
 __all__ = ["Problem", "validate_store", "require_valid_store", "main"]
 
@@ -44,7 +49,8 @@ class Problem:
     Attributes:
         code: a stable kind: ``missing_file``, ``truncated``, ``not_hdf5``, ``unreadable``, ``not_a_store``,
             ``version``, ``index``, ``shape``, ``dtype``, ``non_finite``, ``bad_box``, ``missing_image``,
-            ``id_mismatch``, ``feature_dim``, ``orphan`` (warning), ``extra_image`` (warning).
+            ``id_mismatch``, ``feature_dim``, ``orphan`` (warning), ``offsets`` (warning), ``extra_image``
+            (warning).
         message: what is wrong, where, and how to fix it.
         image_id: the image concerned, if one is.
         severity: ``error`` (the store must not be used) or ``warning``.
@@ -125,10 +131,9 @@ def _check_structure(h5, path: Path, out: _Collector, feature_dim: int | None) -
                                        f"format={FORMAT_NAME!r} attribute); convert the features with "
                                        f"python -m features.convert_butd_tsv / convert_scan_npy / convert_lmdb"))
         return None
-    version = int(attrs.get("format_version", -1))
-    if version > FORMAT_VERSION:
-        out.add(Problem("version", f"{path} has store format version {version}; this library reads up to "
-                                   f"{FORMAT_VERSION}: upgrade grounded-composer"))
+    problem = _version_problem(path, int(attrs.get("format_version", -1)))
+    if problem:
+        out.add(Problem("version", problem))
         return None
     missing = [k for k in ("feature_dim", "dtype", "boxes_known", "num_images") if k not in attrs]
     if missing or "index" not in h5 or "features" not in h5:
@@ -143,55 +148,98 @@ def _check_structure(h5, path: Path, out: _Collector, feature_dim: int | None) -
         out.add(Problem("feature_dim", f"{path} holds {dim}-d features but {feature_dim}-d are expected (the model's "
                                        f"visual feature size); use a store of matching features or change the config"))
     index = h5["index"]
-    short = [k for k in ("image_id", "num_regions", "width", "height") if k not in index or index[k].shape[0] < n]
+    short = [k for k in ("image_id", "num_regions", "width", "height", "block", "row", "features_offset",
+                         "boxes_offset") if k not in index or index[k].shape[0] < n]
     if short:
         out.add(Problem("index", f"{path}: index dataset(s) {short} missing or shorter than num_images={n}; "
                                  f"the file is damaged, convert again"))
         return None
     ids = [str(s) for s in index["image_id"].asstr()[:n]]
-    counts = index["num_regions"][:n]
+    counts = index["num_regions"][:n].astype(np.int64)
     widths, heights = index["width"][:n], index["height"][:n]
+    blocks, rows = index["block"][:n].astype(np.int64), index["row"][:n].astype(np.int64)
     seen: set[str] = set()
-    feats_group, boxes_group = h5["features"], h5.get("boxes")
     for i, image_id in enumerate(ids):
         if image_id in seen:
             out.add(Problem("index", f"image {image_id!r} is indexed twice (row {i}); convert again", image_id))
-            continue
         seen.add(image_id)
-        name = h5_name(image_id)
-        ds = feats_group.get(name)
-        if ds is None:
-            out.add(Problem("index", f"image {image_id!r} is indexed but has no features dataset; the store is "
-                                     f"damaged: delete it and convert again", image_id))
-            continue
-        if ds.dtype != dtype:
-            out.add(Problem("dtype", f"image {image_id!r}: features are {ds.dtype}, the store says {dtype}; the file "
-                                     f"was edited by hand: convert again", image_id))
-        if ds.ndim != 2 or ds.shape[1] != dim:
-            out.add(Problem("shape", f"image {image_id!r}: features have shape {ds.shape}, expected (N, {dim}); "
-                                     f"features of another extractor were mixed in: convert again", image_id))
-        elif ds.shape[0] != counts[i] or ds.shape[0] < 1:
-            out.add(Problem("shape", f"image {image_id!r}: {ds.shape[0]} feature rows but the index says "
-                                     f"{counts[i]}; convert again", image_id))
-        if boxes_known:
-            bd = boxes_group.get(name) if boxes_group is not None else None
-            if bd is None:
-                out.add(Problem("index", f"image {image_id!r} has features but no boxes dataset; convert again",
-                                image_id))
-            elif bd.shape != (counts[i], 4):
-                out.add(Problem("shape", f"image {image_id!r}: boxes have shape {bd.shape}, expected "
-                                         f"({counts[i]}, 4); convert again", image_id))
-            elif bd.dtype != np.float32:
-                out.add(Problem("dtype", f"image {image_id!r}: boxes are {bd.dtype}, expected float32", image_id))
-            if not (widths[i] > 0 and heights[i] > 0):
-                out.add(Problem("bad_box", f"image {image_id!r}: image size {widths[i]}x{heights[i]} is not "
-                                           f"positive, so its geometry cannot be computed; convert again", image_id))
-    orphans = len(feats_group) - len(seen)
-    if orphans > 0:
-        out.add(Problem("orphan", f"{orphans} image(s) written but never committed (an interrupted conversion); "
-                                  f"they are invisible to readers and the next conversion run removes them",
-                        severity="warning"))
+    for i in np.flatnonzero(counts < 1):
+        out.add(Problem("shape", f"image {ids[i]!r}: the index says {counts[i]} regions; convert again", ids[i]))
+    order = np.lexsort((rows, blocks))  # index rows by block, then by first row
+    cuts = np.flatnonzero(np.diff(blocks[order])) + 1
+    for members in np.split(order, cuts) if n else []:
+        _check_block(h5, int(blocks[members[0]]), members, ids, counts, rows, dim, dtype, boxes_known, out)
+    if boxes_known:
+        for i in np.flatnonzero(~((widths > 0) & (heights > 0))):
+            out.add(Problem("bad_box", f"image {ids[i]!r}: image size {widths[i]}x{heights[i]} is not positive, so "
+                                       f"its geometry cannot be computed; convert again", ids[i]))
+    feat_off, box_off = index["features_offset"][:n], index["boxes_offset"][:n]
+    if n and (feat_off >= 0).all() and (not boxes_known or (box_off >= 0).all()):
+        stale = _stale_offsets(h5, blocks, rows, feat_off, box_off, dim, dtype, boxes_known)
+        if len(stale):
+            out.add(Problem("offsets", f"{len(stale)} stored byte offset(s) do not match the blocks in the file, e.g. "
+                                       f"image {ids[stale[0]]!r} (was the file rewritten, e.g. by h5repack?); reads go "
+                                       f"through h5py, several times slower: convert again for one pread per image",
+                            severity="warning"))
+    referenced = {block_name(int(k)) for k in np.unique(blocks)}
+    orphans = [f"{group}/{name}" for group in ("features", "boxes") if group in h5
+               for name in h5[group] if name not in referenced]
+    if orphans:
+        out.add(Problem("orphan", f"{len(orphans)} dataset(s) written but never committed (an interrupted "
+                                  f"conversion), e.g. {orphans[:3]}; they are invisible to readers and the next "
+                                  f"conversion run removes them", severity="warning"))
     return ids
+
+
+def _some(ids: list[str], members: np.ndarray, k: int = 3) -> str:
+    """``'a', 'b', 'c' and 5 more``: the images of a block, for messages."""
+    shown = ", ".join(repr(ids[i]) for i in members[:k])
+    return shown + (f" and {len(members) - k} more" if len(members) > k else "")
+
+
+def _check_block(h5, block: int, members: np.ndarray, ids: list[str], counts: np.ndarray, rows: np.ndarray,
+                 dim: int, dtype: np.dtype, boxes_known: bool, out: _Collector) -> None:
+    """One block against the index rows ``members`` (sorted by first row) that place images in it."""
+    name = block_name(block)
+    first = ids[members[0]]
+    who = f"{len(members)} image(s) ({_some(ids, members)})"
+    ds = h5["features"].get(name) if block >= 0 else None
+    if not isinstance(ds, h5py.Dataset):
+        out.add(Problem("index", f"{who} are indexed in block {block}, but there is no dataset features/{name}; the "
+                                 f"store is damaged: delete it and convert again", first))
+        return
+    if ds.dtype != dtype:
+        out.add(Problem("dtype", f"features/{name} holds {ds.dtype}, the store says {dtype} ({who}); the file was "
+                                 f"edited by hand: convert again", first))
+    if ds.ndim != 2 or ds.shape[1] != dim:
+        out.add(Problem("shape", f"features/{name} has shape {ds.shape}, expected (rows, {dim}) ({who}); features "
+                                 f"of another extractor were mixed in: convert again", first))
+        return
+    start, stop = rows[members], rows[members] + counts[members]  # (m,) each, sorted by start
+    total = ds.shape[0]
+    outside = (start < 0) | (stop > total)
+    for i in members[outside]:
+        out.add(Problem("shape", f"image {ids[i]!r}: the index puts its {counts[i]} rows at {rows[i]}:"
+                                 f"{rows[i] + counts[i]} of features/{name}, which has {total} rows (a short or "
+                                 f"damaged block); convert again", ids[i]))
+    overlap = np.flatnonzero(start[1:] < stop[:-1])
+    for j in overlap:
+        a, b = ids[members[j]], ids[members[j + 1]]
+        out.add(Problem("index", f"images {a!r} and {b!r} share rows of features/{name} ({start[j]}:{stop[j]} and "
+                                 f"{start[j + 1]}:{stop[j + 1]}); the index is damaged: convert again", b))
+    owned = int(counts[members].sum())  # rows the images own, when they lie inside and do not overlap
+    if not outside.any() and not len(overlap) and owned != total:
+        out.add(Problem("index", f"features/{name} has {total} rows but its {who} own {owned} of them; the index and "
+                                 f"the block disagree (the file was edited or damaged): convert again", first))
+    if boxes_known:
+        bd = h5["boxes"].get(name) if "boxes" in h5 else None
+        if not isinstance(bd, h5py.Dataset):
+            out.add(Problem("index", f"features/{name} has no boxes/{name} ({who}); convert again", first))
+        elif bd.shape != (total, 4):
+            out.add(Problem("shape", f"boxes/{name} has shape {bd.shape}, expected ({total}, 4) like its features "
+                                     f"({who}); convert again", first))
+        elif bd.dtype != np.float32:
+            out.add(Problem("dtype", f"boxes/{name} holds {bd.dtype}, expected float32 ({who}); convert again", first))
 
 
 def _check_values(path: Path, out: _Collector, progress: bool) -> None:

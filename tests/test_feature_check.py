@@ -17,15 +17,22 @@ D = 12
 
 @pytest.fixture
 def store_path(tmp_path):
-    """A clean store of five images ``100..104``, 3 to 7 regions each, 640x480."""
+    """A clean store of five images ``100..104``, 3 to 7 regions each, 640x480, committed two at a time:
+    block 0 holds 100, 101 (7 rows), block 1 holds 102, 103 (11 rows), block 2 holds 104 (7 rows)."""
     rng = np.random.default_rng(0)
     path = tmp_path / "s.h5"
-    with FeatureStoreWriter(path) as w:
+    with FeatureStoreWriter(path, commit_every=2) as w:
         for k in range(5):
             n = 3 + k
             boxes = np.tile(np.array([[10, 20, 300, 400]], np.float32), (n, 1))
             w.add(str(100 + k), rng.standard_normal((n, D)), boxes, 640, 480)
     return path
+
+
+def rows(f, image_id):
+    """``(block name, first row)`` of an image, from the index of the open file ``f``."""
+    i = [s.decode() for s in f["index/image_id"][:]].index(image_id)
+    return f"block_{int(f['index/block'][i]):06d}", int(f["index/row"][i])
 
 
 def codes(problems):
@@ -70,16 +77,26 @@ def test_not_hdf5_and_not_a_store(tmp_path):
         FeatureStore(other).read("x")
 
 
-def test_newer_format_version(store_path):
+def test_other_format_versions(store_path):
     with h5py.File(store_path, "a") as f:
         f.attrs["format_version"] = 99
     assert "upgrade grounded-composer" in only(validate_store(store_path), "version")
+    with h5py.File(store_path, "a") as f:
+        f.attrs["format_version"] = 1  # one dataset per image: no longer read
+    msg = only(validate_store(store_path), "version")
+    assert "format version 1" in msg and "convert the features again" in msg
+    with pytest.raises(FeatureStoreError, match="reads version 2 only"):
+        len(FeatureStore(store_path))
+    with pytest.raises(FeatureStoreError, match="format version 1, this library writes 2; pass --overwrite"):
+        FeatureStoreWriter(store_path)
 
 
 def test_nan_and_inf(store_path):
     with h5py.File(store_path, "a") as f:
-        f["features/102"][1, 5] = np.nan
-        f["boxes/103"][0, 2] = np.inf
+        block, row = rows(f, "102")
+        f[f"features/{block}"][row + 1, 5] = np.nan
+        block, row = rows(f, "103")
+        f[f"boxes/{block}"][row, 2] = np.inf
     problems = validate_store(store_path)
     nan = [p for p in problems if p.code == "non_finite"]
     assert [p.image_id for p in nan] == ["102", "103"]
@@ -88,41 +105,71 @@ def test_nan_and_inf(store_path):
     assert validate_store(store_path, check_values=False) == []  # a structure-only check cannot see values
 
 
-def test_wrong_feature_dim_dtype_and_region_count(store_path):
+def test_wrong_feature_dim_dtype_and_short_block(store_path):
     with h5py.File(store_path, "a") as f:
-        del f["features/100"]
-        f["features"].create_dataset("100", data=np.zeros((3, D + 1), np.float16))
-        del f["features/101"]
-        f["features"].create_dataset("101", data=np.zeros((4, D), np.float64))
-        del f["features/102"]
-        f["features"].create_dataset("102", data=np.zeros((9, D), np.float16))
+        del f["features/block_000000"]
+        f["features"].create_dataset("block_000000", data=np.zeros((7, D + 1), np.float16))
+        del f["features/block_000001"]
+        f["features"].create_dataset("block_000001", data=np.zeros((11, D), np.float64))
+        del f["features/block_000002"]
+        f["features"].create_dataset("block_000002", data=np.zeros((5, D), np.float16))  # image 104 has 7 rows
     problems = validate_store(store_path)
-    assert codes(problems) == ["shape", "dtype", "shape"]
-    assert "image '100': features have shape (3, 13), expected (N, 12)" in problems[0].message
-    assert "image '101': features are float64, the store says float16" in problems[1].message
-    assert "image '102': 9 feature rows but the index says 5" in problems[2].message
+    assert codes(problems) == ["shape", "dtype", "shape", "shape"]
+    assert "features/block_000000 has shape (7, 13), expected (rows, 12) (2 image(s) ('100', '101'))" \
+        in problems[0].message
+    assert "features/block_000001 holds float64, the store says float16" in problems[1].message
+    assert "image '104': the index puts its 7 rows at 0:7 of features/block_000002, which has 5 rows" \
+        in problems[2].message
+    assert "boxes/block_000002 has shape (7, 4), expected (5, 4) like its features" in problems[3].message
+    assert [p.image_id for p in problems if p.severity == "error"] == ["100", "102", "104", "104"]
+
+
+def test_block_rows_the_index_does_not_account_for(store_path):
+    with h5py.File(store_path, "a") as f:
+        f["index/row"][3] = 4  # image 103 (6 rows from row 5) now overlaps 102 (rows 0:5)
+        del f["features/block_000002"], f["boxes/block_000002"]
+        f["features"].create_dataset("block_000002", data=np.zeros((9, D), np.float16))  # 2 rows too many
+        f["boxes"].create_dataset("block_000002", data=np.zeros((9, 4), np.float32))
+    problems = validate_store(store_path)
+    assert codes(problems) == ["index", "index"]
+    assert "images '102' and '103' share rows of features/block_000001 (0:5 and 4:10)" in problems[0].message
+    assert "features/block_000002 has 9 rows but its 1 image(s) ('104') own 7 of them" in problems[1].message
 
 
 def test_boxes_shape_and_outside_the_image(store_path):
     with h5py.File(store_path, "a") as f:
-        del f["boxes/100"]
-        f["boxes"].create_dataset("100", data=np.zeros((3, 5), np.float32))
-        f["boxes/101"][0] = [10, 20, 900, 400]  # x2 beyond the 640-pixel width
+        del f["boxes/block_000000"]
+        f["boxes"].create_dataset("block_000000", data=np.zeros((7, 5), np.float32))
+        block, row = rows(f, "103")
+        f[f"boxes/{block}"][row] = [10, 20, 900, 400]  # x2 beyond the 640-pixel width
     problems = validate_store(store_path)
-    assert "image '100': boxes have shape (3, 5), expected (3, 4)" in only(problems, "shape")
+    assert "boxes/block_000000 has shape (7, 5), expected (7, 4) like its features" in only(problems, "shape")
     assert "bad_box" not in codes(problems)  # values are scanned only once the structure is sound
     with h5py.File(store_path, "a") as f:
-        del f["boxes/100"]
-        f["boxes"].create_dataset("100", data=np.tile(np.array([[0, 0, 5, 5]], np.float32), (3, 1)))
+        del f["boxes/block_000000"]
+        f["boxes"].create_dataset("block_000000", data=np.tile(np.array([[0, 0, 5, 5]], np.float32), (7, 1)))
     msg = only(validate_store(store_path), "bad_box")
-    assert "image '101': 1 box(es) outside the 640x480 image" in msg and "swapped" in msg
+    assert "image '103': 1 box(es) outside the 640x480 image" in msg and "swapped" in msg
 
 
-def test_indexed_image_without_datasets(store_path):
+def test_index_referencing_a_missing_block(store_path):
     with h5py.File(store_path, "a") as f:
-        del f["features/103"]
+        del f["features/block_000001"]
     msg = only(validate_store(store_path), "index")
-    assert "image '103' is indexed but has no features dataset" in msg
+    assert "2 image(s) ('102', '103') are indexed in block 1, but there is no dataset features/block_000001" in msg
+    with pytest.raises(FeatureStoreError, match=r"image '102' is indexed in block_000001 but its rows cannot be read"):
+        FeatureStore(store_path).read("102")  # offsets are checked at open: the reader falls back, then fails
+    with h5py.File(store_path, "a") as f:
+        del f["boxes/block_000002"]
+    assert "features/block_000002 has no boxes/block_000002 (1 image(s) ('104'))" in \
+        [p.message for p in validate_store(store_path) if p.code == "index"][1]
+
+
+def test_stale_offsets_are_a_warning(store_path):
+    with h5py.File(store_path, "a") as f:
+        f["index/features_offset"][2] += 2  # as if the file had been rewritten
+    problems = validate_store(store_path)
+    assert codes(problems) == [] and "reads go through h5py" in only(problems, "offsets")
 
 
 def test_corpus_images_missing_from_the_store(store_path):
@@ -145,17 +192,20 @@ def test_feature_dim_the_model_expects(store_path):
 
 
 def test_orphans_and_extra_images_are_warnings(store_path):
-    with h5py.File(store_path, "a") as f:
-        f["features"].create_dataset("999", data=np.zeros((2, D), np.float16))
+    with h5py.File(store_path, "a") as f:  # an interrupted commit: its blocks written, the index not extended
+        f["features"].create_dataset("block_000003", data=np.zeros((2, D), np.float16))
+        f["boxes"].create_dataset("block_000003", data=np.zeros((2, 4), np.float32))
     problems = validate_store(store_path, ["100"])
     assert {p.code: p.severity for p in problems} == {"orphan": "warning", "extra_image": "warning"}
+    assert "2 dataset(s) written but never committed" in only(problems, "orphan")
     require_valid_store(store_path, ["100"])  # warnings do not stop training
 
 
 def test_require_valid_store_lists_problems_in_one_message(store_path):
     with h5py.File(store_path, "a") as f:
         for k in range(5):
-            f[f"features/{100 + k}"][0, 0] = np.inf
+            block, row = rows(f, str(100 + k))
+            f[f"features/{block}"][row, 0] = np.inf
     with pytest.raises(FeatureStoreError) as err:
         require_valid_store(store_path, ["100", "777"], max_listed=3)
     text = str(err.value)
@@ -174,7 +224,7 @@ def test_require_valid_store_scans_values_once_per_file_version(store_path, monk
     require_valid_store(store_path)
     assert len(scans) == 1  # the clean scan was remembered
     with h5py.File(store_path, "a") as f:  # the file changes: scan again, and find it
-        f["features/100"][0, 0] = np.nan
+        f["features/block_000000"][0, 0] = np.nan
     with pytest.raises(FeatureStoreError, match="non_finite"):
         require_valid_store(store_path)
     assert len(scans) == 2

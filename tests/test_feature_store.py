@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import doctest
+import filecmp
 import logging
 import os
 import pickle
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -17,9 +21,12 @@ from torch.utils.data import DataLoader
 import features.geometry
 import features.ids
 import features.store
+from features.check import validate_store
 from features.dataset import RegionFeatureDataset, collate_regions
 from features.geometry import GLOBAL_GEOMETRY, box_geometry, grid_boxes
 from features.store import FeatureStore, FeatureStoreError, FeatureStoreWriter, _deferred_signals
+
+ROOT = Path(__file__).resolve().parents[1]
 
 D = 24  # feature size: differs from every other size in these tests
 
@@ -185,23 +192,83 @@ def test_writer_rejects_bad_arrays_naming_the_image(tmp_path):
             w.add("f", np.ones((0, D)), np.zeros((0, 4)), 10, 10)
 
 
-def test_killed_commit_leaves_a_valid_store_and_resume_cleans_up(tmp_path, caplog):
+def test_one_block_per_commit_and_byte_identical_files(tmp_path):
+    images = synth_images(7)
+    path = write_store(tmp_path / "s.h5", images, commit_every=3)
+    with h5py.File(path, "r") as f:
+        assert sorted(f["features"]) == sorted(f["boxes"]) == ["block_000000", "block_000001", "block_000002"]
+        counts = [len(im[1]) for im in images]  # 3, 7, 1 | 5, 4, 3 | 7
+        assert f["index/block"][:].tolist() == [0, 0, 0, 1, 1, 1, 2]
+        assert f["index/row"][:].tolist() == [0, 3, 10, 0, 5, 9, 0]
+        assert f["features/block_000001"].shape == (sum(counts[3:6]), D)
+        assert f["boxes/block_000001"].shape == (sum(counts[3:6]), 4)
+        for i, (image_id, feats, boxes, _, _) in enumerate(images):
+            block = f"block_{int(f['index/block'][i]):06d}"
+            row, n = int(f["index/row"][i]), len(feats)
+            np.testing.assert_array_equal(f[f"features/{block}"][row:row + n], feats.astype(np.float16))
+            np.testing.assert_array_equal(f[f"boxes/{block}"][row:row + n], boxes)
+            # the byte offsets of the fast path point at the image's rows inside its block
+            assert f["index/features_offset"][i] == f[f"features/{block}"].id.get_offset() + row * D * 2
+            assert f["index/boxes_offset"][i] == f[f"boxes/{block}"].id.get_offset() + row * 16
+    store = FeatureStore(path)
+    assert len(store) == 7 and store._fast  # one pread per image
+    for image_id, feats, boxes, _, _ in images:
+        raw_f, raw_b = store.read_raw(image_id)
+        np.testing.assert_array_equal(raw_f, feats.astype(np.float16))
+        np.testing.assert_array_equal(raw_b, boxes)
+    again = write_store(tmp_path / "again.h5", images, commit_every=3)
+    assert filecmp.cmp(path, again, shallow=False)  # no timestamps: same images, same bytes
+
+
+_KILL_INSIDE_COMMIT = """
+import os, signal, sys
+import h5py, numpy as np
+from features.store import FeatureStoreWriter
+
+data = np.load(sys.argv[2])
+w = FeatureStoreWriter(sys.argv[1])
+real_flush = h5py.File.flush
+
+def flush_then_die(self):
+    real_flush(self)
+    os.kill(os.getpid(), signal.SIGKILL)  # the commit's block is on disk, its index rows are not
+
+h5py.File.flush = flush_then_die
+for k in (2, 3):
+    w.add(f"img{k}", data[f"f{k}"], data[f"b{k}"], int(data[f"w{k}"]), int(data[f"h{k}"]))
+w.commit()
+"""
+
+
+def test_sigkill_inside_a_commit_leaves_a_valid_store_and_resume_removes_the_orphan_block(tmp_path, caplog):
     images = synth_images(4)
     path = write_store(tmp_path / "s.h5", images[:2])
-    # A run killed inside a commit: datasets written, index not yet extended.
-    with h5py.File(path, "a") as f:
-        f["features"].create_dataset("img2", data=images[2][1].astype(np.float16))
-        f["boxes"].create_dataset("img2", data=images[2][2])
+    arrays = tmp_path / "images.npz"
+    np.savez(arrays, **{f"{key}{k}": im[j] for k, im in enumerate(images) for key, j in
+                        (("f", 1), ("b", 2), ("w", 3), ("h", 4))})
+    proc = subprocess.run([sys.executable, "-c", _KILL_INSIDE_COMMIT, str(path), str(arrays)], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    with h5py.File(path, "r") as f:
+        assert sorted(f["features"]) == ["block_000000", "block_000001"]  # the interrupted commit's block
     assert FeatureStore(path).image_ids == ["img0", "img1"]  # readers see the last commit only
+    problems = validate_store(path)
+    assert [(p.code, p.severity) for p in problems] == [("orphan", "warning")]
     with caplog.at_level(logging.WARNING, logger="features.store"):
-        with FeatureStoreWriter(path) as w:
-            assert "img2" not in w
+        with FeatureStoreWriter(path, commit_every=1) as w:
+            assert "img2" not in w and w.num_images == 2
             for im in images[2:]:
                 w.add(*im)
-    assert "removed 2 dataset(s) of an interrupted commit" in caplog.text
+    assert "removed 2 dataset(s) of an interrupted commit (features/block_000001, boxes/block_000001)" in caplog.text
+    with h5py.File(path, "r") as f:
+        assert sorted(f["features"]) == ["block_000000", "block_000001", "block_000002"]
+        assert f["index/block"][:].tolist() == [0, 0, 1, 2]
     store = FeatureStore(path)
     assert store.image_ids == ["img0", "img1", "img2", "img3"]
-    np.testing.assert_allclose(store.read("img2", add_global=False).features, images[2][1], atol=1e-2)
+    for image_id, feats, boxes, _, _ in images:
+        np.testing.assert_array_equal(store.read_raw(image_id)[0], feats.astype(np.float16))
+        np.testing.assert_array_equal(store.read_raw(image_id)[1], boxes)
+    assert validate_store(path) == []
 
 
 def test_signals_during_a_commit_are_delivered_after_it():
@@ -214,14 +281,23 @@ def test_signals_during_a_commit_are_delivered_after_it():
 
 
 def test_gzip_float32_and_stale_offsets_read_the_same(tmp_path, caplog):
-    images = synth_images()
-    plain = FeatureStore(write_store(tmp_path / "plain.h5", images))
-    gz = FeatureStore(write_store(tmp_path / "gz.h5", images, compression="gzip"))
+    images = synth_images(9)
+    plain = FeatureStore(write_store(tmp_path / "plain.h5", images, commit_every=4))
+    gz = FeatureStore(write_store(tmp_path / "gz.h5", images, compression="gzip", commit_every=4))
     f32 = FeatureStore(write_store(tmp_path / "f32.h5", images, dtype="float32"))
     ids = [i[0] for i in images]
     ref = plain.read_batch(ids, 7)
-    np.testing.assert_array_equal(gz.read_batch(ids, 7).features, ref.features)
+    got = gz.read_batch(ids, 7)
+    for field in ("features", "geometry", "boxes", "mask", "sizes"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(ref, field))
+    for image_id in ids:  # the h5py path slices block[row:row + N]; the fast path preads the same rows
+        for a, b in zip(gz.read_raw(image_id), plain.read_raw(image_id)):
+            np.testing.assert_array_equal(a, b)
     assert gz._fast is False and plain._fast is True
+    with h5py.File(tmp_path / "gz.h5", "r") as f:
+        block = f["features/block_000000"]  # 4 images of 3, 7, 1, 5 regions: chunks of the largest image
+        assert block.compression == "gzip" and block.chunks == (7, D) and block.shape == (16, D)
+        assert (f["index/features_offset"][:] == -1).all()
     np.testing.assert_array_equal(f32.read("img1", add_global=False).features, images[1][1])  # exact
     # offsets that no longer match the file (e.g. after h5repack): warn and read through h5py
     path = tmp_path / "plain.h5"

@@ -129,3 +129,12 @@ def test_bad_world_config_is_rejected():
         WorldConfig(min_objects=5, max_objects=3)
     with pytest.raises(ValueError, match="split_fractions"):
         GenerateConfig(split_fractions=(0.5, 0.5, 0.5))
+
+
+def test_fast_scene_lines_equal_the_scene_dicts_json():
+    from features.world.generate import _scene_line
+
+    cfg = WorldConfig()
+    for i in range(50):
+        scene = sample_scene(random.Random(i), cfg, f"w-{i}")
+        assert _scene_line(scene) == json.dumps(scene.to_dict()) + "\n"

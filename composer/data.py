@@ -1,0 +1,310 @@
+"""Training and evaluation data for COMPOSER: captions as CRG programs, images from a feature store.
+
+A training batch holds B positive (image, caption) pairs and, for each, negatives drawn as ViLBERT
+does for retrieval fine-tuning: ``negative_captions`` captions of other images paired with the
+positive image, and ``negative_images`` other images paired with the positive caption. Every pair is
+composed on its image, so the batch has ``Q = B * (1 + K)`` pairs, ``K`` negatives per positive.
+
+Determinism: the caption order of epoch ``e`` is a permutation seeded by ``(seed, e)``, and the
+negatives of batch ``b`` come from a generator seeded by ``(seed, e, b)``. The training loader is
+*stateful*: Lightning stores its position (the batches the model has trained on) in checkpoints and
+hands it back on resume, so a run killed mid-epoch continues with exactly the batches it would have
+seen.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from composer.program import ProgramBatch
+
+__all__ = ["DataConfig", "CompositionDataModule", "TrainBatch", "EvalImages", "EpochBatchSampler"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DataConfig:
+    """Where the data are and how batches are drawn (paper: batch 64, 100 regions, ViLBERT's 4-way).
+
+    Attributes:
+        data: ``world`` (generated offline), ``f30k``, ``coco``, or a caption file (features/catalog.py).
+        captions, features: override the dataset's caption corpus and feature store.
+        batch_size: positive pairs per batch.
+        negative_captions: other images' captions paired with each positive image.
+        negative_images: other images paired with each positive caption.
+        max_regions: detector regions kept per image (plus the global region).
+        eval_images: images scored in validation/test retrieval (the paper's 1,000 images x 5 captions).
+        parser, parser_model: the constituency parser for the CRG (``--parser``).
+        world_images: size of the generated world for ``data=world``.
+    """
+
+    data: str = "world"
+    captions: str | None = None
+    features: str | None = None
+    batch_size: int = 64
+    negative_captions: int = 2
+    negative_images: int = 1
+    max_regions: int = 100
+    eval_images: int = 1000
+    num_workers: int = 0
+    seed: int = 0
+    parser: str = "spacy"
+    parser_model: str | None = None
+    world_images: int = 4000
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.negative_captions < 0 or self.negative_images < 0:
+            raise ValueError(f"batch_size must be >= 1 and negatives >= 0, got {self.batch_size}, "
+                             f"{self.negative_captions}, {self.negative_images}")
+        if self.negative_captions + self.negative_images == 0:
+            raise ValueError("the match loss needs at least one negative (negative_captions or negative_images)")
+
+
+@dataclass
+class TrainBatch:
+    """One training batch.
+
+    Attributes:
+        regions: (I, R, Dr) region features of the batch's distinct images; geometry (I, R, 5);
+            region_mask (I, R) bool, True = real region.
+        programs: the C distinct captions' composition programs.
+        pair_image, pair_caption: (B, 1 + K) long indices; column 0 is the positive pair, columns
+            1..Kc the caption negatives (positive image, other caption), the rest the image
+            negatives (other image, positive caption).
+        num_caption_negatives: Kc.
+    """
+
+    regions: torch.Tensor
+    geometry: torch.Tensor
+    region_mask: torch.Tensor
+    programs: ProgramBatch
+    pair_image: torch.Tensor
+    pair_caption: torch.Tensor
+    num_caption_negatives: int
+
+    def to(self, device) -> "TrainBatch":
+        return TrainBatch(self.regions.to(device), self.geometry.to(device), self.region_mask.to(device),
+                          self.programs, self.pair_image.to(device), self.pair_caption.to(device),
+                          self.num_caption_negatives)
+
+
+@dataclass
+class EvalImages:
+    """Images and captions scored by retrieval: every caption against every image."""
+
+    image_ids: list[str]
+    captions: list[int]            # caption indices into the split's graph
+    caption_image: np.ndarray      # (C,) index into image_ids of each caption's own image
+
+
+class EpochBatchSampler(Sampler[list[int]]):
+    """Batches of caption indices; epoch ``e``'s order is fixed by ``(seed, e)``.
+
+    ``start`` skips the first batches of the epoch (resume); it applies to one epoch only.
+    """
+
+    def __init__(self, num_items: int, batch_size: int, seed: int):
+        self.num_items, self.batch_size, self.seed = num_items, batch_size, seed
+        self.epoch, self.start = 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at each epoch start; a pending resume position stays for its epoch."""
+        if epoch != self.epoch:
+            self.start = 0
+        self.epoch = epoch
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
+        n = self.num_items // self.batch_size  # drop the last partial batch: equal-size steps
+        return [order[k * self.batch_size:(k + 1) * self.batch_size].tolist() for k in range(n)]
+
+    def __iter__(self):
+        start, self.start = self.start, 0
+        for k, batch in enumerate(self.batches(self.epoch)[start:], start):
+            yield [(self.epoch, k, i) for i in batch]
+
+    def __len__(self) -> int:
+        return self.num_items // self.batch_size - self.start
+
+
+class _StatefulLoader(DataLoader):
+    """A DataLoader Lightning can checkpoint: its state is (epoch, batches trained on this epoch).
+
+    The position comes from the training loop (:meth:`mark_trained`), not from the iterator, which
+    runs ahead of training by the prefetched batches.
+    """
+
+    def __init__(self, *args, batch_sampler: EpochBatchSampler, **kwargs):
+        super().__init__(*args, batch_sampler=batch_sampler, **kwargs)
+        self.trained = (0, 0)
+
+    def mark_trained(self, epoch: int, batch_idx: int) -> None:
+        self.trained = (epoch, batch_idx + 1)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.trained[0], "batches_done": self.trained[1]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.epoch = int(state["epoch"])
+        self.batch_sampler.start = int(state["batches_done"])
+        self.trained = (int(state["epoch"]), int(state["batches_done"]))
+
+
+class CompositionDataModule(L.LightningDataModule):
+    """Captions (as CRG graphs per split) and a feature store, batched for COMPOSER."""
+
+    def __init__(self, cfg: DataConfig, tokenizer=None):
+        super().__init__()
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.graphs: dict = {}
+        self._train_loader: _StatefulLoader | None = None
+
+    # ------------------------------------------------------------------ setup
+    def prepare_data(self) -> None:
+        """Generate the world / build and cache the graphs once (no state kept here)."""
+        self._resolve()
+        for role in ("train", "val", "test"):
+            self._graph(role)
+
+    def _resolve(self):
+        from features.catalog import resolve_dataset
+
+        return resolve_dataset(self.cfg.data, captions=self.cfg.captions, features=self.cfg.features,
+                               world_images=self.cfg.world_images)
+
+    def _graph(self, role: str):
+        from crg.graph_cache import get_or_build_graph
+
+        spec = self._resolve()
+        splits = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits}[role]
+        graph, _ = get_or_build_graph(spec.captions, list(splits), parser_name=self.cfg.parser,
+                                      parser_model=self.cfg.parser_model, progress=False)
+        return graph
+
+    def setup(self, stage: str | None = None) -> None:
+        from crg.corpus import read_corpus
+        from features.check import require_valid_store
+        from features.store import FeatureStore
+
+        spec = self._resolve()
+        self.spec = spec
+        store_path = spec.require_features()
+        require_valid_store(store_path, read_corpus(spec.captions))
+        self.store = FeatureStore(store_path)
+        for role in ("train", "val", "test"):
+            if role not in self.graphs:
+                self.graphs[role] = self._graph(role)
+        g = self.graphs["train"]
+        self.train_caption_image = [g.image_ids[i] for i in g.caption_image]
+        self.train_by_image: dict[str, list[int]] = {}
+        for c, image in enumerate(self.train_caption_image):
+            self.train_by_image.setdefault(image, []).append(c)
+        self.train_images = sorted(self.train_by_image)
+        logger.info("train: %d images, %d captions; val %d, test %d captions", len(self.train_images),
+                    g.num_captions, self.graphs["val"].num_captions, self.graphs["test"].num_captions)
+
+    # ------------------------------------------------------------------ training batches
+    def train_dataloader(self) -> DataLoader:
+        g = self.graphs["train"]
+        sampler = EpochBatchSampler(g.num_captions, self.cfg.batch_size, self.cfg.seed)
+        loader = _StatefulLoader(_Indices(), batch_sampler=sampler, collate_fn=self.collate_train,
+                                 num_workers=self.cfg.num_workers)
+        self._train_loader = loader
+        return loader
+
+    def mark_trained(self, epoch: int, batch_idx: int) -> None:
+        if self._train_loader is not None:
+            self._train_loader.mark_trained(epoch, batch_idx)
+
+    def collate_train(self, items: list[tuple[int, int, int]]) -> TrainBatch:
+        epoch, batch_idx = items[0][0], items[0][1]
+        positives = [i for _, _, i in items]
+        rng = np.random.default_rng([self.cfg.seed, epoch, batch_idx, 1])
+        g = self.graphs["train"]
+        captions: list[int] = []       # distinct caption indices of the batch
+        images: list[str] = []         # distinct image ids of the batch
+        cap_slot: dict[int, int] = {}
+        img_slot: dict[str, int] = {}
+
+        def cap(c: int) -> int:
+            if c not in cap_slot:
+                cap_slot[c] = len(captions)
+                captions.append(c)
+            return cap_slot[c]
+
+        def img(i: str) -> int:
+            if i not in img_slot:
+                img_slot[i] = len(images)
+                images.append(i)
+            return img_slot[i]
+
+        n_img = len(self.train_images)
+        pair_image, pair_caption = [], []
+        for c in positives:
+            own = self.train_caption_image[c]
+            row_i, row_c = [img(own)], [cap(c)]
+            for _ in range(self.cfg.negative_captions):  # another image's caption, on this image
+                other = self.train_images[int(rng.integers(n_img))]
+                while other == own and n_img > 1:
+                    other = self.train_images[int(rng.integers(n_img))]
+                choices = self.train_by_image[other]
+                row_i.append(img(own))
+                row_c.append(cap(choices[int(rng.integers(len(choices)))]))
+            for _ in range(self.cfg.negative_images):  # another image, with this caption
+                other = self.train_images[int(rng.integers(n_img))]
+                while other == own and n_img > 1:
+                    other = self.train_images[int(rng.integers(n_img))]
+                row_i.append(img(other))
+                row_c.append(cap(c))
+            pair_image.append(row_i)
+            pair_caption.append(row_c)
+        regions = self.store.read_batch(images, self.cfg.max_regions, add_global=True)
+        programs = ProgramBatch.from_graph(g, captions, self.tokenizer)
+        return TrainBatch(torch.from_numpy(regions.features), torch.from_numpy(regions.geometry),
+                          torch.from_numpy(regions.mask), programs, torch.tensor(pair_image),
+                          torch.tensor(pair_caption), self.cfg.negative_captions)
+
+    # ------------------------------------------------------------------ evaluation sets
+    def eval_set(self, role: str, max_images: int | None = None) -> EvalImages:
+        """The first ``max_images`` images (corpus order) of a split and all their captions."""
+        g = self.graphs[role]
+        limit = max_images or self.cfg.eval_images
+        order: list[str] = []
+        seen: set[str] = set()
+        for i in g.caption_image:
+            image = g.image_ids[i]
+            if image not in seen:
+                seen.add(image)
+                order.append(image)
+        keep = order[:limit]
+        index = {im: k for k, im in enumerate(keep)}
+        caps = [c for c in range(g.num_captions) if g.image_ids[g.caption_image[c]] in index]
+        return EvalImages(keep, caps, np.asarray([index[g.image_ids[g.caption_image[c]]] for c in caps]))
+
+    def val_dataloader(self):
+        return DataLoader(_Indices(1), batch_size=1, collate_fn=lambda x: "val")
+
+    def test_dataloader(self):
+        return DataLoader(_Indices(1), batch_size=1, collate_fn=lambda x: "test")
+
+
+class _Indices(torch.utils.data.Dataset):
+    """A dataset whose items are the sampler's indices: collation does all the work."""
+
+    def __init__(self, n: int = 0):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        return i

@@ -1,0 +1,103 @@
+"""Retrieval metrics and full cross-scoring (pure functions on score matrices, plus the scoring loop).
+
+Text-to-image retrieval as in the paper (§5.1): every caption query ranks every candidate image;
+R@K is the share of queries whose correct image is among the K best. With several correct images
+per query (phrase retrieval scored with denotations), a query counts as a hit when any correct
+image is in the top K.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+__all__ = ["recall_at_k", "recall_at_k_multi", "score_matrix", "RetrievalResult"]
+
+
+def recall_at_k(scores: np.ndarray, target: np.ndarray, ks=(1, 5, 10)) -> dict[str, float]:
+    """R@K in percent for queries with one correct candidate.
+
+    Args:
+        scores: (Q, I) higher = better.
+        target: (Q,) index of each query's correct candidate.
+
+    >>> s = np.array([[0.9, 0.1, 0.0], [0.2, 0.1, 0.7]])
+    >>> recall_at_k(s, np.array([0, 1]), ks=(1, 2))
+    {'R@1': 50.0, 'R@2': 50.0}
+    """
+    positives = np.zeros(scores.shape, dtype=bool)
+    positives[np.arange(len(target)), target] = True
+    return recall_at_k_multi(scores, positives, ks)
+
+
+def recall_at_k_multi(scores: np.ndarray, positives: np.ndarray, ks=(1, 5, 10)) -> dict[str, float]:
+    """R@K in percent when each query may have several correct candidates.
+
+    ``positives`` (Q, I) bool. A query's rank is the best rank of any of its positives; ties count
+    against the query (a positive tied with a negative is ranked after it).
+
+    >>> s = np.array([[0.9, 0.1, 0.5]])
+    >>> recall_at_k_multi(s, np.array([[False, True, True]]), ks=(1, 2))
+    {'R@1': 0.0, 'R@2': 100.0}
+    """
+    if scores.shape != positives.shape:
+        raise ValueError(f"scores {scores.shape} and positives {positives.shape} differ in shape")
+    if not positives.any(axis=1).all():
+        raise ValueError("every query needs at least one correct candidate")
+    best_positive = np.where(positives, scores, -np.inf).max(axis=1)            # (Q,)
+    better_negatives = ((scores >= best_positive[:, None]) & ~positives).sum(1)  # (Q,) rank of best positive
+    return {f"R@{k}": float(100.0 * np.mean(better_negatives < k)) for k in ks}
+
+
+@dataclass
+class RetrievalResult:
+    """Scores of every (query, image) pair and how long they took."""
+
+    scores: np.ndarray     # (Q, I)
+    seconds: float
+    pairs_per_second: float
+
+
+@torch.no_grad()
+def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor, programs,
+                 tokenizer, *, max_pairs: int = 4096, progress: bool = False) -> RetrievalResult:
+    """Score every caption against every image, in chunks of at most ``max_pairs`` pairs.
+
+    Captions are taken a few at a time against as many images as fit, and each caption chunk is
+    collated once: its text-only work (the Predicate Transformer over its templates) runs once per
+    image chunk -- once in all when all images fit in one chunk.
+
+    Args:
+        model: a :class:`composer.model.Composer` (anything with its ``score_pairs`` signature).
+        regions, geometry, region_mask: (I, R, Dr), (I, R, 5), (I, R) of the candidate images.
+        programs: the C query captions as ``ConceptProgram`` objects.
+        tokenizer: the model's ``TemplateTokenizer``.
+    """
+    from composer.program import ProgramBatch
+
+    n_img, n_cap = regions.shape[0], len(programs)
+    out = torch.empty(n_cap, n_img)
+    images_per_chunk = max(1, min(n_img, max_pairs))
+    captions_per_chunk = max(1, max_pairs // images_per_chunk)
+    started = time.perf_counter()
+    steps = math.ceil(n_cap / captions_per_chunk) * math.ceil(n_img / images_per_chunk)
+    bar = tqdm(total=steps, desc="cross-scoring", unit="chunk", disable=not progress)
+    device = regions.device
+    for c0 in range(0, n_cap, captions_per_chunk):
+        chunk = ProgramBatch.collate(programs[c0:c0 + captions_per_chunk], tokenizer)
+        caps = torch.arange(chunk.num_captions, device=device)
+        for i0 in range(0, n_img, images_per_chunk):
+            imgs = torch.arange(i0, min(n_img, i0 + images_per_chunk), device=device)
+            pair_caption = caps.repeat_interleave(len(imgs))                   # (c * i,)
+            pair_image = imgs.repeat(len(caps))                                # (c * i,)
+            s = model.score_pairs(regions, geometry, region_mask, chunk, pair_image, pair_caption)
+            out[c0:c0 + len(caps), i0:i0 + len(imgs)] = s.view(len(caps), len(imgs)).float().cpu()
+            bar.update(1)
+    bar.close()
+    seconds = time.perf_counter() - started
+    return RetrievalResult(out.numpy(), seconds, n_cap * n_img / max(seconds, 1e-9))
