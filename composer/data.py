@@ -108,18 +108,18 @@ class EvalImages:
 class EpochBatchSampler(Sampler[list[int]]):
     """Batches of caption indices; epoch ``e``'s order is fixed by ``(seed, e)``.
 
-    ``start`` skips the first batches of the epoch (resume); it applies to one epoch only.
+    The epoch is read from ``epoch_fn`` at each pass (the trainer's current epoch; Lightning calls
+    ``set_epoch`` only on samplers, not on batch samplers). :meth:`resume_at` makes the next pass of
+    that epoch skip the batches already trained on.
     """
 
-    def __init__(self, num_items: int, batch_size: int, seed: int):
+    def __init__(self, num_items: int, batch_size: int, seed: int, epoch_fn=None):
         self.num_items, self.batch_size, self.seed = num_items, batch_size, seed
-        self.epoch, self.start = 0, 0
+        self.epoch_fn = epoch_fn or (lambda: 0)
+        self._resume: tuple[int, int] | None = None
 
-    def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning at each epoch start; a pending resume position stays for its epoch."""
-        if epoch != self.epoch:
-            self.start = 0
-        self.epoch = epoch
+    def resume_at(self, epoch: int, done: int) -> None:
+        self._resume = (epoch, done)
 
     def batches(self, epoch: int) -> list[list[int]]:
         order = np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
@@ -127,35 +127,45 @@ class EpochBatchSampler(Sampler[list[int]]):
         return [order[k * self.batch_size:(k + 1) * self.batch_size].tolist() for k in range(n)]
 
     def __iter__(self):
-        start, self.start = self.start, 0
-        for k, batch in enumerate(self.batches(self.epoch)[start:], start):
-            yield [(self.epoch, k, i) for i in batch]
+        epoch = int(self.epoch_fn())
+        start = 0
+        if self._resume is not None:
+            if self._resume[0] == epoch:
+                start = self._resume[1]
+            self._resume = None
+        for k, batch in enumerate(self.batches(epoch)[start:], start):
+            yield [(epoch, k, i) for i in batch]
 
     def __len__(self) -> int:
-        return self.num_items // self.batch_size - self.start
+        # the full epoch even when resuming: Lightning counts the restored batches as done
+        return self.num_items // self.batch_size
+
+
+class TrainingPosition:
+    """Batches trained on so far: (epoch, batches done in it). Shared by the data module and every
+    copy of its training loader (Lightning may re-instantiate loaders), and set by the training step."""
+
+    def __init__(self):
+        self.epoch, self.done = 0, 0
 
 
 class _StatefulLoader(DataLoader):
-    """A DataLoader Lightning can checkpoint: its state is (epoch, batches trained on this epoch).
+    """A DataLoader Lightning can checkpoint: its state is the :class:`TrainingPosition`.
 
-    The position comes from the training loop (:meth:`mark_trained`), not from the iterator, which
-    runs ahead of training by the prefetched batches.
+    The position comes from the training loop, not from the iterator, which runs ahead of training
+    by the prefetched batches.
     """
 
-    def __init__(self, *args, batch_sampler: EpochBatchSampler, **kwargs):
+    def __init__(self, *args, batch_sampler: EpochBatchSampler, position: TrainingPosition, **kwargs):
         super().__init__(*args, batch_sampler=batch_sampler, **kwargs)
-        self.trained = (0, 0)
-
-    def mark_trained(self, epoch: int, batch_idx: int) -> None:
-        self.trained = (epoch, batch_idx + 1)
+        self.position = position
 
     def state_dict(self) -> dict:
-        return {"epoch": self.trained[0], "batches_done": self.trained[1]}
+        return {"epoch": self.position.epoch, "batches_done": self.position.done}
 
     def load_state_dict(self, state: dict) -> None:
-        self.batch_sampler.epoch = int(state["epoch"])
-        self.batch_sampler.start = int(state["batches_done"])
-        self.trained = (int(state["epoch"]), int(state["batches_done"]))
+        self.batch_sampler.resume_at(int(state["epoch"]), int(state["batches_done"]))
+        self.position.epoch, self.position.done = int(state["epoch"]), int(state["batches_done"])
 
 
 class CompositionDataModule(L.LightningDataModule):
@@ -166,7 +176,7 @@ class CompositionDataModule(L.LightningDataModule):
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.graphs: dict = {}
-        self._train_loader: _StatefulLoader | None = None
+        self.position = TrainingPosition()
 
     # ------------------------------------------------------------------ setup
     def prepare_data(self) -> None:
@@ -215,15 +225,22 @@ class CompositionDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ training batches
     def train_dataloader(self) -> DataLoader:
         g = self.graphs["train"]
-        sampler = EpochBatchSampler(g.num_captions, self.cfg.batch_size, self.cfg.seed)
-        loader = _StatefulLoader(_Indices(), batch_sampler=sampler, collate_fn=self.collate_train,
-                                 num_workers=self.cfg.num_workers)
-        self._train_loader = loader
-        return loader
+        sampler = EpochBatchSampler(g.num_captions, self.cfg.batch_size, self.cfg.seed,
+                                    epoch_fn=lambda: self.trainer.current_epoch if self.trainer is not None else 0)
+        # its own generator: making an iterator must not draw from the global RNG (dropout's), or a
+        # resumed run's dropout masks would shift by one draw
+        return _StatefulLoader(_Indices(), batch_sampler=sampler, position=self.position,
+                               collate_fn=self.collate_train, num_workers=self.cfg.num_workers,
+                               generator=torch.Generator().manual_seed(self.cfg.seed))
+
+    def steps_per_epoch(self) -> int:
+        if "train" not in self.graphs:
+            self.setup()
+        return max(1, self.graphs["train"].num_captions // self.cfg.batch_size)
 
     def mark_trained(self, epoch: int, batch_idx: int) -> None:
-        if self._train_loader is not None:
-            self._train_loader.mark_trained(epoch, batch_idx)
+        """Record that the batch ``batch_idx`` of ``epoch`` has been trained on (called by the step)."""
+        self.position.epoch, self.position.done = epoch, batch_idx + 1
 
     def collate_train(self, items: list[tuple[int, int, int]]) -> TrainBatch:
         epoch, batch_idx = items[0][0], items[0][1]

@@ -7,9 +7,8 @@ by 10 after epoch 10 and again after epoch 15, 20 epochs, batch 64.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
+import random
 from dataclasses import asdict, dataclass, field
 
 import lightning as L
@@ -82,6 +81,9 @@ class ComposerModule(L.LightningModule):
             order = OrderScores(edges.parent.view(b, k1, e)[:, 0], edges.child.view(b, k1, e)[:, 0],
                                 edges.mask.view(b, k1, e)[:, 0])
         loss = composer_loss(match_scores, mvsa, order, self.model_cfg.loss)
+        dm = self.trainer.datamodule
+        if isinstance(dm, CompositionDataModule):  # before checkpoint callbacks run at this batch's end
+            dm.mark_trained(self.current_epoch, batch_idx)
         if not torch.isfinite(loss.total):
             raise FloatingPointError(f"non-finite loss at step {self.global_step}: match {loss.match.item()}, "
                                      f"mvsa {loss.mvsa.item()}, order {loss.order.item()}")
@@ -115,14 +117,32 @@ class ComposerModule(L.LightningModule):
             neg_c_mask = torch.zeros(b, n, 1, dtype=torch.bool, device=positive.device)
         return MVSAScores(positive, neg_c, neg_img, mask, neg_c_mask, neg_img_mask)
 
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        dm = self.trainer.datamodule
-        if isinstance(dm, CompositionDataModule):
-            dm.mark_trained(self.current_epoch, batch_idx)
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Random states, so that dropout after a resume draws what it would have drawn."""
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        checkpoint["rng"] = {"torch": torch.get_rng_state(),  # plain types only: weights_only loading
+                             "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+                             "python": random.getstate()}
+        if torch.cuda.is_available():
+            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        rng = checkpoint.get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            name, keys, pos, has_gauss, cached = rng["numpy"]
+            np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+            random.setstate(rng["python"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(self.parameters(), lr=self.optim.lr)
-        steps_per_epoch = max(1, self.trainer.estimated_stepping_batches // max(1, self.trainer.max_epochs))
+        dm = self.trainer.datamodule
+        if isinstance(dm, CompositionDataModule):  # fixed by the data, not by a resumed loader's remaining length
+            steps_per_epoch = dm.steps_per_epoch()
+        else:
+            steps_per_epoch = max(1, self.trainer.estimated_stepping_batches // max(1, self.trainer.max_epochs))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: self.optim.factor(step / steps_per_epoch))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

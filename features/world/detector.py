@@ -73,6 +73,9 @@ class SyntheticDetector:
         self.w2 = (rng.normal(size=(_HIDDEN, cfg.feature_dim)) / np.sqrt(_HIDDEN)).astype(np.float32)
         # the value each attribute value is mistaken for
         self.similar = {k: self._nearest(t) for k, t in self.tables.items()}
+        # Codes are unit vectors (entries ~ 1/sqrt(D)); pooled CNN features have entries of order 1,
+        # and models (ViLBERT's LayerNorm(W_f f + W_g g)) expect features to outweigh the 5-d geometry.
+        self.scale = float(np.sqrt(cfg.feature_dim))
 
     @staticmethod
     def _random_table(rng, n: int) -> np.ndarray:
@@ -130,6 +133,7 @@ class SyntheticDetector:
             n_obj = len(plan["attrs"])
             feats = np.concatenate([codes[o:o + n_obj], bg_codes[b:b + nb]])  # (R, D)
             feats += noise[z:z + n_obj + nb]
+            feats *= self.scale  # detector-like magnitudes: unit variance per dimension
             o, b, z = o + n_obj, b + nb, z + n_obj + nb
             outs.append(DetectorOutput(feats, plan["boxes"], plan["owner"], plan["kind"]))
         return outs

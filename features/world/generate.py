@@ -46,7 +46,7 @@ __all__ = ["GenerateConfig", "generate_world", "image_id", "load_scenes", "main"
 logger = logging.getLogger(__name__)
 
 CHUNK = 500
-WORLD_VERSION = 1
+WORLD_VERSION = 2
 
 
 @dataclass
