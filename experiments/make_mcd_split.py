@@ -41,7 +41,9 @@ logger = logging.getLogger("make_mcd_split")
 
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train", required=True, help="training caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
+    ap.add_argument("--train", help="training caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
+    ap.add_argument("--data", help="a named dataset instead of --train: world (generated offline), f30k, coco; "
+                                   "with no --candidates, a within-corpus split")
     ap.add_argument("--train-split", default=None, help="comma-separated training splits (default: all images)")
     ap.add_argument("--train-format", choices=CORPUS_FORMATS, default=None, help="default: detect")
     ap.add_argument("--candidates", default=None, help="corpus to select evaluation images from (default: --train)")
@@ -82,8 +84,15 @@ def _rows(graph, splits: list[str] | None) -> np.ndarray:
 
 
 def main(argv=None) -> int:
-    args = build_argparser().parse_args(argv)
+    ap = build_argparser()
+    args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.data:
+        from features.catalog import resolve_dataset
+
+        args.train = str(resolve_dataset(args.data).captions)
+    if not args.train:
+        ap.error("give --train PATH or --data NAME")
     started = time.perf_counter()
     train_splits, cand_splits = _splits(args.train_split), _splits(args.candidate_splits)
     cand_path = args.candidates or args.train
