@@ -34,6 +34,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_docs import update_section  # noqa: E402  (benchmarks/ is the script directory)
+
 DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Feature stores"
 
@@ -142,17 +144,7 @@ def convert_with_memory(tsv: Path, out: Path) -> tuple[float, float, float, list
 
 
 def update_docs(text: str) -> None:
-    """Replace (or append) this benchmark's section of docs/benchmarks.md, leaving the others alone."""
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    old = DOCS.read_text(encoding="utf-8") if DOCS.exists() else "# Benchmarks\n"
-    if SECTION in old:
-        head, rest = old.split(SECTION, 1)
-        nxt = rest.find("\n## ")
-        tail = rest[nxt + 1:] if nxt >= 0 else ""
-        new = head + text + ("\n" + tail if tail else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    DOCS.write_text(new, encoding="utf-8")
+    update_section(SECTION, text, DOCS)
 
 
 def main() -> int:

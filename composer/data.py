@@ -15,8 +15,7 @@ seen.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import lightning as L
 import numpy as np

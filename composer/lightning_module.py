@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import lightning as L
 import numpy as np

@@ -82,7 +82,7 @@ def build_argparser() -> argparse.ArgumentParser:
     return ap
 
 
-def resolve(args) -> tuple[dict, "ComposerConfig", OptimConfig, DataConfig]:
+def resolve(args) -> tuple[dict, OptimConfig, DataConfig]:
     named = NAMED.get(args.data, {})
     pick = lambda key, default=None: getattr(args, key) if getattr(args, key, None) is not None \
         else named.get(key, default)  # noqa: E731
@@ -100,7 +100,7 @@ def resolve(args) -> tuple[dict, "ComposerConfig", OptimConfig, DataConfig]:
     optim = OptimConfig(lr=pick("lr", 4e-5), epochs=pick("epochs", 20), warmup_epochs=named.get("warmup_epochs", 2.0),
                         decay_epochs=tuple(named.get("decay_epochs", (10, 15))),
                         use_mvsa=not args.no_mvsa, use_order=not args.no_order)
-    return {"preset": pick("preset", "offline"), "overrides": overrides}, None, optim, data_cfg
+    return {"preset": pick("preset", "offline"), "overrides": overrides}, optim, data_cfg
 
 
 def git_sha() -> str:
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logger.info("git %s; args %s", git_sha(), json.dumps(dict(sorted(vars(args).items()))))
-    model_spec, _, optim, data_cfg = resolve(args)
+    model_spec, optim, data_cfg = resolve(args)
     L.seed_everything(args.seed, workers=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     gpu = torch.cuda.is_available() and args.accelerator in ("auto", "gpu", "cuda")
     precision = args.precision or ("bf16-mixed" if gpu else "32-true")
     ckpt = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, every_n_train_steps=args.ckpt_every_n_steps,
-                           save_top_k=-1 if False else 1, monitor=None)
+                           save_top_k=1, monitor=None)
     trainer = L.Trainer(
         default_root_dir=out, max_epochs=optim.epochs, max_steps=args.max_steps, accelerator=args.accelerator,
         devices=args.devices, num_nodes=args.num_nodes, precision=precision,

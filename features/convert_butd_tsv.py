@@ -31,8 +31,8 @@ from typing import Iterator
 import numpy as np
 
 from .ids import ID_FORMATS, normalize_image_id
-from .ingest import ConversionError, Decoded, SourceRecord, ingest, setup_cli_logging
-from .store import FeatureStoreError, FeatureStoreWriter
+from .ingest import ConversionError, Decoded, SourceRecord, ingest, setup_cli_logging, run_conversion
+from .store import FeatureStoreWriter
 
 __all__ = ["TSV_LAYOUTS", "iter_butd_tsv", "convert_butd_tsv", "main"]
 
@@ -165,16 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_cli_logging(args.verbose)
-    try:
-        stats = convert_butd_tsv(args.tsv, args.out, id_format=args.id_format, feature_dim=args.feature_dim,
-                                 skip_bad=args.skip_bad, commit_every=args.commit_every, dtype=args.dtype,
-                                 compression="gzip" if args.gzip else None, overwrite=args.overwrite,
-                                 progress=not args.no_progress)
-    except (ConversionError, FeatureStoreError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"{args.out}: {stats.summary()}")
-    return 0
+    return run_conversion(args.out, lambda: convert_butd_tsv(
+        args.tsv, args.out, id_format=args.id_format, feature_dim=args.feature_dim, skip_bad=args.skip_bad,
+        commit_every=args.commit_every, dtype=args.dtype, compression="gzip" if args.gzip else None,
+        overwrite=args.overwrite, progress=not args.no_progress))
 
 
 if __name__ == "__main__":

@@ -30,8 +30,8 @@ from typing import Iterator
 import numpy as np
 
 from .ids import ID_FORMATS, normalize_image_id
-from .ingest import ConversionError, Decoded, SourceRecord, ingest, setup_cli_logging
-from .store import FeatureStoreError, FeatureStoreWriter
+from .ingest import ConversionError, Decoded, SourceRecord, ingest, setup_cli_logging, run_conversion
+from .store import FeatureStoreWriter
 
 __all__ = ["encode_npz_record", "decode_record", "iter_lmdb", "convert_lmdb", "main"]
 
@@ -155,14 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_cli_logging(args.verbose)
-    try:
-        stats = convert_lmdb(args.lmdb, args.out, id_format=args.id_format, skip_bad=args.skip_bad,
-                             dtype=args.dtype, overwrite=args.overwrite, progress=not args.no_progress)
-    except (ConversionError, FeatureStoreError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"{args.out}: {stats.summary()}")
-    return 0
+    return run_conversion(args.out, lambda: convert_lmdb(
+        args.lmdb, args.out, id_format=args.id_format, skip_bad=args.skip_bad, dtype=args.dtype,
+        overwrite=args.overwrite, progress=not args.no_progress))
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ from typing import Iterator
 import numpy as np
 
 from .ids import ID_FORMATS, normalize_image_id
-from .ingest import ConversionError, Decoded, SourceRecord, ingest, setup_cli_logging
-from .store import FeatureStoreError, FeatureStoreWriter
+from .ingest import ConversionError, Decoded, SourceRecord, ingest, setup_cli_logging, run_conversion
+from .store import FeatureStoreWriter
 
 __all__ = ["read_scan_ids", "iter_scan_npy", "convert_scan_npy", "main"]
 
@@ -129,16 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_cli_logging(args.verbose)
-    try:
-        stats = convert_scan_npy(args.ims, args.out, ids_path=args.ids, row_ids=args.row_ids,
-                                 id_format=args.id_format, captions_per_image=args.captions_per_image,
-                                 skip_bad=args.skip_bad, dtype=args.dtype, overwrite=args.overwrite,
-                                 progress=not args.no_progress)
-    except (ConversionError, FeatureStoreError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"{args.out}: {stats.summary()} (no boxes: geometry reads as zeros)")
-    return 0
+    return run_conversion(args.out, lambda: convert_scan_npy(
+        args.ims, args.out, ids_path=args.ids, row_ids=args.row_ids, id_format=args.id_format,
+        captions_per_image=args.captions_per_image, skip_bad=args.skip_bad, dtype=args.dtype,
+        overwrite=args.overwrite, progress=not args.no_progress), note=" (no boxes: geometry reads as zeros)")
 
 
 if __name__ == "__main__":

@@ -35,9 +35,9 @@ import torch
 
 from .geometry import grid_boxes
 from .ids import ID_FORMATS, normalize_image_id
-from .ingest import ConversionError, setup_cli_logging
+from .ingest import ConversionError, setup_cli_logging, run_conversion
 from .roi_align import roi_align
-from .store import FeatureStoreError, FeatureStoreWriter
+from .store import FeatureStoreWriter
 
 __all__ = ["ExtractConfig", "Backbone", "load_backbone", "list_images", "read_boxes", "extract", "main"]
 
@@ -372,13 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                         batch_size=args.batch_size, device=args.device, image_size=args.image_size,
                         id_format=args.id_format, pool=args.pool, num_workers=args.num_workers, dtype=args.dtype,
                         skip_bad=args.skip_bad)
-    try:
-        stats = extract(cfg, progress=not args.no_progress)
-    except (ConversionError, FeatureStoreError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"{cfg.out}: {stats.summary()}")
-    return 0
+    return run_conversion(cfg.out, lambda: extract(cfg, progress=not args.no_progress))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import numpy as np
 
 from .store import FeatureStoreWriter
 
-__all__ = ["SourceRecord", "Decoded", "IngestStats", "ConversionError", "ingest", "setup_cli_logging"]
+__all__ = ["SourceRecord", "Decoded", "IngestStats", "ConversionError", "ingest", "setup_cli_logging", "run_conversion"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,3 +98,17 @@ def setup_cli_logging(verbose: bool) -> None:
     """INFO (or DEBUG with ``-v``) to stderr, for the ``python -m features.*`` tools."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+
+
+def run_conversion(out, convert, note: str = "") -> int:
+    """The command-line ending every converter shares: run ``convert()`` (which returns
+    :class:`IngestStats`), print its summary, or print the user-facing error and return exit code 2."""
+    from features.store import FeatureStoreError
+
+    try:
+        stats = convert()
+    except (ConversionError, FeatureStoreError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{out}: {stats.summary()}{note}")
+    return 0
