@@ -18,6 +18,7 @@ from composer.composition_transformer import AlignmentScorer, CompositionTransfo
 from composer.config import ComposerConfig
 from composer.model import check_visual_inputs
 from composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
+from composer.program import ProgramBatch
 
 __all__ = ["FlatCrossTransformer", "FlatOutput"]
 
@@ -39,6 +40,7 @@ class FlatCrossTransformer(nn.Module):
         self.text_encoder = PredicateTransformer.from_config(cfg, load_pretrained=load_pretrained)
         self.composition_transformer = CompositionTransformer(cfg)
         self.scorer = AlignmentScorer(cfg.text.hidden_size)
+        self._tokenizer: TemplateTokenizer | None = None
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> FlatCrossTransformer:
@@ -47,6 +49,17 @@ class FlatCrossTransformer(nn.Module):
     def make_tokenizer(self) -> TemplateTokenizer:
         """``make_tokenizer().encode_sentences(captions)`` gives this model's token ids and mask."""
         return TemplateTokenizer.from_config(self.config)
+
+    def score_pairs(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                    programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor) -> torch.Tensor:
+        """(Q,) scores with :meth:`composer.model.Composer.score_pairs`'s signature (the evaluation's interface).
+
+        Only each program's sentence (its root text) is read: the flat model sees no structure.
+        """
+        if self._tokenizer is None:
+            self._tokenizer = self.make_tokenizer()
+        enc = self._tokenizer.encode_sentences([p.texts[p.root] for p in programs.programs])
+        return self.forward(regions, geometry, region_mask, enc.ids, enc.mask, pair_image, pair_caption).scores
 
     def forward(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                 token_ids: torch.Tensor, token_mask: torch.Tensor, pair_image: torch.Tensor,

@@ -22,7 +22,7 @@ from composer.model import Composer
 from composer.program import ConceptProgram
 from composer.retrieval import recall_at_k, score_matrix
 
-__all__ = ["OptimConfig", "ComposerModule"]
+__all__ = ["OptimConfig", "ComposerModule", "RetrievalModule"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,70 +52,31 @@ class OptimConfig:
         return warm * self.decay_factor ** decays
 
 
-class ComposerModule(L.LightningModule):
-    """Trains a :class:`Composer`; ``datamodule`` provides batches and the retrieval sets."""
+class RetrievalModule(L.LightningModule):
+    """What every model trained here shares: the learning-rate schedule, random states saved in
+    checkpoints (exact resume), and text-to-image retrieval by full cross-scoring at validation.
 
-    def __init__(self, model_cfg: ComposerConfig, optim: OptimConfig, *, eval_max_pairs: int = 4096,
-                 load_pretrained: bool = True, seed: int = 0):
+    Subclasses set ``self.model`` (anything with :meth:`composer.model.Composer.score_pairs`'s
+    signature) and ``self.tokenizer``, and implement ``training_step``; they call
+    :meth:`mark_trained` in it so that a checkpoint knows which batches were trained on.
+    """
+
+    def __init__(self, optim: OptimConfig, *, eval_max_pairs: int = 4096, seed: int = 0):
         super().__init__()
-        self.model_cfg, self.optim = model_cfg, optim
-        self.model = Composer.from_config(model_cfg, load_pretrained=load_pretrained)
-        self.tokenizer = self.model.make_tokenizer()
+        self.optim = optim
         self.eval_max_pairs = eval_max_pairs
         self.seed = seed
         self.results: dict = {}
-        self.save_hyperparameters({"model": _plain(asdict(model_cfg)), "optim": _plain(asdict(optim)),
-                                   "seed": seed})
 
-    # ------------------------------------------------------------------ training
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
-        b, k1 = batch.pair_image.shape
-        out = self.model(batch.regions, batch.geometry, batch.region_mask, batch.programs,
-                         batch.pair_image.reshape(-1), batch.pair_caption.reshape(-1))
-        match_scores = out.root_scores.view(b, k1)                       # (B, 1 + K), positive first
-        mvsa = self._mvsa(out, b, k1, batch.num_caption_negatives) if self.optim.use_mvsa else None
-        order = None
-        if self.optim.use_order:
-            edges = out.edge_scores()
-            e = edges.parent.shape[1]
-            order = OrderScores(edges.parent.view(b, k1, e)[:, 0], edges.child.view(b, k1, e)[:, 0],
-                                edges.mask.view(b, k1, e)[:, 0])
-        loss = composer_loss(match_scores, mvsa, order, self.model_cfg.loss)
+    def mark_trained(self, batch_idx: int) -> None:
+        """Record the batch as trained on (before the checkpoint callbacks run at the batch's end)."""
         dm = self.trainer.datamodule
-        if isinstance(dm, CompositionDataModule):  # before checkpoint callbacks run at this batch's end
+        if isinstance(dm, CompositionDataModule):
             dm.mark_trained(self.current_epoch, batch_idx)
-        if not torch.isfinite(loss.total):
-            raise FloatingPointError(f"non-finite loss at step {self.global_step}: match {loss.match.item()}, "
-                                     f"mvsa {loss.mvsa.item()}, order {loss.order.item()}")
-        acc = (match_scores.argmax(1) == 0).float().mean()
-        self.log_dict({"train/loss": loss.total, "train/match": loss.match, "train/mvsa": loss.mvsa,
-                       "train/order": loss.order, "train/match_acc": acc}, prog_bar=True, batch_size=b)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=b)
-        return loss.total
 
-    def _mvsa(self, out, b: int, k1: int, kc: int) -> MVSAScores:
-        """MVSA tensors: each concept of the positive caption against (a) a concept drawn from each
-        negative caption, scored on the positive image, and (b) itself on each negative image."""
-        n = out.node_scores.shape[1]
-        scores = out.node_scores.view(b, k1, n)                           # (B, 1 + K, N)
-        concept = out.concept_mask().view(b, k1, n)                       # (B, 1 + K, N)
-        positive, mask = scores[:, 0], concept[:, 0]                      # (B, N)
-        neg_img = scores[:, 1 + kc:].permute(0, 2, 1)                     # (B, N, Ki)
-        neg_img_mask = mask[:, :, None].expand_as(neg_img)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.global_step))
-        neg_concepts, neg_masks = [], []
-        for k in range(1, 1 + kc):
-            valid = concept[:, k]                                         # (B, N)
-            weights = valid.float().cpu() + 1e-9
-            pick = torch.multinomial(weights, n, replacement=True, generator=gen).to(scores.device)  # (B, N)
-            neg_concepts.append(scores[:, k].gather(1, pick))             # (B, N)
-            neg_masks.append(valid.gather(1, pick) & valid.any(1, keepdim=True))
-        if neg_concepts:
-            neg_c, neg_c_mask = torch.stack(neg_concepts, 2), torch.stack(neg_masks, 2)  # (B, N, Kc)
-        else:
-            neg_c = positive.new_zeros(b, n, 1)
-            neg_c_mask = torch.zeros(b, n, 1, dtype=torch.bool, device=positive.device)
-        return MVSAScores(positive, neg_c, neg_img, mask, neg_c_mask, neg_img_mask)
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """Adam at the peak rate (the paper's); override for another optimiser."""
+        return torch.optim.Adam(self.parameters(), lr=self.optim.lr)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Random states, so that dropout after a resume draws what it would have drawn."""
@@ -137,7 +98,7 @@ class ComposerModule(L.LightningModule):
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
     def configure_optimizers(self):
-        opt = torch.optim.Adam(self.parameters(), lr=self.optim.lr)
+        opt = self.make_optimizer()
         dm = self.trainer.datamodule
         if isinstance(dm, CompositionDataModule):  # fixed by the data, not by a resumed loader's remaining length
             steps_per_epoch = dm.steps_per_epoch()
@@ -176,6 +137,67 @@ class ComposerModule(L.LightningModule):
                 "pairs_per_second": round(res.pairs_per_second, 1), "seconds": round(res.seconds, 2),
                 "chance_R@1": round(100.0 / len(ev.image_ids), 3)}
 
+
+
+class ComposerModule(RetrievalModule):
+    """Trains a :class:`Composer`; ``datamodule`` provides batches and the retrieval sets."""
+
+    def __init__(self, model_cfg: ComposerConfig, optim: OptimConfig, *, eval_max_pairs: int = 4096,
+                 load_pretrained: bool = True, seed: int = 0):
+        super().__init__(optim, eval_max_pairs=eval_max_pairs, seed=seed)
+        self.model_cfg = model_cfg
+        self.model = Composer.from_config(model_cfg, load_pretrained=load_pretrained)
+        self.tokenizer = self.model.make_tokenizer()
+        self.save_hyperparameters({"model": _plain(asdict(model_cfg)), "optim": _plain(asdict(optim)),
+                                   "seed": seed})
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+        b, k1 = batch.pair_image.shape
+        out = self.model(batch.regions, batch.geometry, batch.region_mask, batch.programs,
+                         batch.pair_image.reshape(-1), batch.pair_caption.reshape(-1))
+        match_scores = out.root_scores.view(b, k1)                       # (B, 1 + K), positive first
+        mvsa = self._mvsa(out, b, k1, batch.num_caption_negatives) if self.optim.use_mvsa else None
+        order = None
+        if self.optim.use_order:
+            edges = out.edge_scores()
+            e = edges.parent.shape[1]
+            order = OrderScores(edges.parent.view(b, k1, e)[:, 0], edges.child.view(b, k1, e)[:, 0],
+                                edges.mask.view(b, k1, e)[:, 0])
+        loss = composer_loss(match_scores, mvsa, order, self.model_cfg.loss)
+        self.mark_trained(batch_idx)
+        if not torch.isfinite(loss.total):
+            raise FloatingPointError(f"non-finite loss at step {self.global_step}: match {loss.match.item()}, "
+                                     f"mvsa {loss.mvsa.item()}, order {loss.order.item()}")
+        acc = (match_scores.argmax(1) == 0).float().mean()
+        self.log_dict({"train/loss": loss.total, "train/match": loss.match, "train/mvsa": loss.mvsa,
+                       "train/order": loss.order, "train/match_acc": acc}, prog_bar=True, batch_size=b)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=b)
+        return loss.total
+
+    def _mvsa(self, out, b: int, k1: int, kc: int) -> MVSAScores:
+        """MVSA tensors: each concept of the positive caption against (a) a concept drawn from each
+        negative caption, scored on the positive image, and (b) itself on each negative image."""
+        n = out.node_scores.shape[1]
+        scores = out.node_scores.view(b, k1, n)                           # (B, 1 + K, N)
+        concept = out.concept_mask().view(b, k1, n)                       # (B, 1 + K, N)
+        positive, mask = scores[:, 0], concept[:, 0]                      # (B, N)
+        neg_img = scores[:, 1 + kc:].permute(0, 2, 1)                     # (B, N, Ki)
+        neg_img_mask = mask[:, :, None].expand_as(neg_img)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.global_step))
+        neg_concepts, neg_masks = [], []
+        for k in range(1, 1 + kc):
+            valid = concept[:, k]                                         # (B, N)
+            weights = valid.float().cpu() + 1e-9
+            pick = torch.multinomial(weights, n, replacement=True, generator=gen).to(scores.device)  # (B, N)
+            neg_concepts.append(scores[:, k].gather(1, pick))             # (B, N)
+            neg_masks.append(valid.gather(1, pick) & valid.any(1, keepdim=True))
+        if neg_concepts:
+            neg_c, neg_c_mask = torch.stack(neg_concepts, 2), torch.stack(neg_masks, 2)  # (B, N, Kc)
+        else:
+            neg_c = positive.new_zeros(b, n, 1)
+            neg_c_mask = torch.zeros(b, n, 1, dtype=torch.bool, device=positive.device)
+        return MVSAScores(positive, neg_c, neg_img, mask, neg_c_mask, neg_img_mask)
 
 def _plain(x):
     if isinstance(x, dict):
