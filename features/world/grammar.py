@@ -255,7 +255,10 @@ class _Parser:
         shape = _WORD_TO_SHAPE.get(t[i])
         i += 1
         attrs = tuple(sorted(set(attrs), key=lambda a: ATTRIBUTE_KINDS.index(a[0])))
-        ref = ObjectRef(shape, attrs, None, count)
+        negated = None  # "a ball that is not red" (hard negatives, features/world/hard_negatives.py)
+        if t[i:i + 3] in (["that", "is", "not"], ["that", "are", "not"]) and i + 3 < len(t) and t[i + 3] in self.adj:
+            negated, i = self.adj[t[i + 3]], i + 4
+        ref = ObjectRef(shape, attrs, None, count, negated)
         # optional post-modifier: PP, relative clause, reduced relative
         j = i
         if j + 1 < len(t) and t[j] in ("that", "which") and t[j + 1] in ("is", "are"):
@@ -268,7 +271,7 @@ class _Parser:
             inner = self.np(k, require_det=True)
             if inner is not None:
                 other, k = inner
-                return ObjectRef(shape, attrs, (relation, other), count), k
+                return ObjectRef(shape, attrs, (relation, other), count, negated), k
         return ref, i
 
     def clause(self, i: int):
