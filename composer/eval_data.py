@@ -1,0 +1,111 @@
+"""An evaluation set from any corpus: its CRG, the candidate images' regions, and (for the world) exact truth.
+
+The images are chosen as validation does during training (:meth:`CompositionDataModule.eval_set`: the
+first ``eval_images`` images of the split in corpus order, with all their captions), so a checkpoint's
+numbers here match its training-time validation. Any corpus works, which is how cross-dataset
+evaluation is run: a model trained on one corpus, evaluated on another's test split, or on an MCD
+split file written by ``experiments/make_mcd_split.py`` (``split="all"``: every image of the file).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["EvalData", "load_eval_data", "resolve_splits"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalData:
+    """Candidates and queries of one evaluation.
+
+    Attributes:
+        name: the dataset's name; split: what was selected (``test``, ``all``, ``val,test`` ...).
+        graph: the CRG of the selected split (all its images, not only the candidates).
+        image_ids: (I,) candidate images.
+        captions: (C,) graph caption indices of the candidates' captions (the sentence queries).
+        caption_image: (C,) index into ``image_ids`` of each caption's image.
+        regions, geometry, region_mask: (I, R, Dr), (I, R, 5), (I, R) bool (True = real region).
+        truth: a :class:`features.world.truth.WorldTruth` when the data are a generated world, else None.
+        store: the feature store, for images outside the candidates; max_regions: regions read per image.
+    """
+
+    name: str
+    split: str
+    graph: object
+    image_ids: list[str]
+    captions: list[int]
+    caption_image: np.ndarray
+    regions: torch.Tensor
+    geometry: torch.Tensor
+    region_mask: torch.Tensor
+    truth: object | None
+    store: object
+    max_regions: int
+
+
+def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
+    """Split labels for ``split``: a role (``train``, ``val``, ``test``: the dataset's own labels for it),
+    ``all`` (None: every image) or comma-separated labels."""
+    roles = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits}
+    if split in roles:
+        return tuple(roles[split])
+    if split == "all":
+        return None
+    labels = tuple(s.strip() for s in split.split(",") if s.strip())
+    if not labels:
+        raise ValueError(f"split {split!r}: give train, val, test, all, or comma-separated split labels")
+    return labels
+
+
+def load_eval_data(data: str, *, split: str = "test", captions: str | None = None, features: str | None = None,
+                   eval_images: int = 1000, max_regions: int = 100, world_images: int = 4000,
+                   world_dir: str | Path | None = None, parser: str = "spacy", parser_model: str | None = None,
+                   device: str | torch.device = "cpu", progress: bool = False) -> EvalData:
+    """Load an evaluation set (see the module docstring).
+
+    Args:
+        data: ``world``, ``f30k``, ``coco`` or a caption file (as ``--data`` of the training script).
+        captions, features: override the dataset's caption corpus / feature store.
+        eval_images: candidate images (the paper's 1,000).
+        max_regions: detector regions per image (plus the global one), as in training.
+        world_dir: a generated world's directory, for exact truth when ``data`` is one of its files
+            (e.g. an MCD split of the world); found automatically for ``data="world"``.
+    """
+    from composer.data import CompositionDataModule, DataConfig
+    from crg.graph_cache import get_or_build_graph
+    from features.catalog import resolve_dataset
+    from features.store import FeatureStore
+
+    spec = resolve_dataset(data, captions=captions, features=features, world_images=world_images,
+                           progress=progress)
+    splits = resolve_splits(spec, split)
+    graph, _ = get_or_build_graph(spec.captions, splits, parser_name=parser, parser_model=parser_model,
+                                  progress=progress)
+    if graph.num_captions == 0:
+        raise ValueError(f"{spec.captions} has no caption in split(s) {splits}: choose --split among its labels "
+                         f"(e.g. 'all' for an MCD split file)")
+    dm = CompositionDataModule(DataConfig(data=data, eval_images=eval_images))
+    dm.graphs["eval"] = graph  # the same image selection as validation during training
+    ev = dm.eval_set("eval")
+    store = FeatureStore(spec.require_features())
+    batch = store.read_batch(ev.image_ids, max_regions, add_global=True)
+    truth = None
+    world = Path(world_dir) if world_dir is not None else spec.world_dir
+    if world is not None:
+        from features.world.truth import WorldTruth
+
+        truth = WorldTruth.load(world)
+    log.info("%s/%s: %d images, %d captions; exact truth: %s", spec.name, split, len(ev.image_ids),
+             len(ev.captions), world is not None)
+    return EvalData(name=spec.name, split=split, graph=graph, image_ids=list(ev.image_ids), captions=list(ev.captions),
+                    caption_image=np.asarray(ev.caption_image), regions=torch.from_numpy(batch.features).to(device),
+                    geometry=torch.from_numpy(batch.geometry).to(device),
+                    region_mask=torch.from_numpy(batch.mask).to(device), truth=truth,
+                    store=store, max_regions=max_regions)
