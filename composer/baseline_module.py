@@ -1,0 +1,227 @@
+"""The baselines of §5.1 as LightningModules: VSE and the flat ViLBERT-style cross-modal transformer.
+
+Both train on COMPOSER's batches (:class:`composer.data.TrainBatch`) with its schedule, exact resume
+and retrieval evaluation (:class:`composer.lightning_module.RetrievalModule`):
+
+* :class:`VSEModule` -- the two-tower VSE, trained with the triplet hinge over the batch's B positive
+  pairs (column 0 of ``pair_image`` / ``pair_caption``): every other image of the batch is a
+  negative for a caption, every caption of another image a negative for an image. The sampled
+  negatives of columns 1.. are not used by the loss; they give ``train/match_acc``, the same
+  (1 + K)-way accuracy the cross-modal models log.
+* :class:`FlatModule` -- :class:`composer.flat_transformer.FlatCrossTransformer` with l_MATCH over
+  each positive and its K sampled negatives, exactly as :class:`ComposerModule` trains COMPOSER.
+
+**MVSA for the flat model** (Table 5's "ViLBERT + MVSA", ``OptimConfig.use_mvsa``). The flat model
+has no intermediate concepts, but it can score any text on any image; Table 5 shows MVSA improving
+ViLBERT's *phrase* retrieval, so its phrases must have been trained as queries. Here, for each
+positive pair (x_i, y_i), up to ``mvsa_concepts`` phrase concepts c of y_i (non-primitive,
+non-sentence CRG nodes, drawn at random) are fed to the flat model as texts of their own, and
+l_MVSA (:func:`composer.losses.mvsa_loss`, hinge, margin alpha = 0.8) compares s(x_i, c) with
+
+* s(x_i, c^-): a concept c^- drawn from each negative caption (any non-primitive node, its sentence
+  included), scored on the positive image;
+* s(x^-, c): the same concept on each negative image;
+
+and the sentence itself enters as one more concept, its negatives being the batch's sampled
+negative captions and images (scores the match loss computes anyway). Each phrase costs
+1 + K extra pairs. The order loss needs a parent/child structure the flat model does not have, so
+``OptimConfig.use_order`` is ignored here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from composer.config import ComposerConfig
+from composer.data import TrainBatch
+from composer.flat_transformer import FlatCrossTransformer
+from composer.lightning_module import OptimConfig, RetrievalModule
+from composer.losses import MVSAScores, composer_loss
+from composer.program import ConceptProgram
+from composer.vse import VSE, VSEConfig, vse_hinge_loss
+
+__all__ = ["FlatMVSAPlan", "FlatModule", "VSEModule", "flat_mvsa_plan"]
+
+logger = logging.getLogger(__name__)
+
+
+def _plain(cfg) -> dict:
+    """A config dataclass as JSON-safe plain types (for ``save_hyperparameters``)."""
+    return json.loads(json.dumps(asdict(cfg)))
+
+
+class VSEModule(RetrievalModule):
+    """Trains a :class:`composer.vse.VSE` with the in-batch triplet hinge (``VSEConfig.loss``)."""
+
+    def __init__(self, model_cfg: VSEConfig, optim: OptimConfig, *, eval_max_pairs: int = 4096,
+                 load_pretrained: bool = True, seed: int = 0):
+        super().__init__(optim, eval_max_pairs=eval_max_pairs, seed=seed)
+        self.model_cfg = model_cfg
+        self.model = VSE.from_config(model_cfg, load_pretrained=load_pretrained)
+        self.tokenizer = self.model.tokenizer
+        self.save_hyperparameters({"model": _plain(model_cfg), "optim": _plain(optim), "seed": seed})
+
+    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+        b = batch.pair_image.shape[0]
+        x = self.model.encode_images(batch.regions, batch.geometry, batch.region_mask)   # (I, E)
+        y = self.model.encode_programs(batch.programs)                                   # (C, E)
+        candidates, target = torch.unique(batch.pair_image[:, 0], return_inverse=True)  # (U,), (B,)
+        scores = y[batch.pair_caption[:, 0]] @ x[candidates].T                            # (B, U)
+        loss = vse_hinge_loss(scores, target, margin=self.model_cfg.loss.margin,
+                              negatives=self.model_cfg.loss.negatives)
+        self.mark_trained(batch_idx)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite VSE loss at step {self.global_step}: {loss.item()}")
+        with torch.no_grad():
+            match = (x[batch.pair_image] * y[batch.pair_caption]).sum(-1)                 # (B, 1 + K)
+            acc = (match.argmax(1) == 0).float().mean()
+            in_batch = (scores.argmax(1) == target).float().mean()                        # caption -> image R@1
+        self.log_dict({"train/loss": loss, "train/match_acc": acc, "train/inbatch_acc": in_batch},
+                      prog_bar=True, batch_size=b)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=b)
+        return loss
+
+
+@dataclass
+class FlatMVSAPlan:
+    """Extra (image, text) pairs that give the flat model's phrase-level MVSA scores.
+
+    Indices in ``positive`` / ``negative_concept`` / ``negative_image`` point into the scores of
+    the extra pairs; masked slots point to ``num_pairs`` (a padding score appended by the caller).
+    M = ``mvsa_concepts``; Kc, Ki = caption and image negatives per positive.
+    """
+
+    texts: list[str]                    # (T',) distinct phrase texts
+    pair_image: torch.Tensor            # (P,) long, image of each extra pair (the batch's image index)
+    pair_text: torch.Tensor             # (P,) long, index into ``texts``
+    positive: torch.Tensor              # (B, M) long: s(x_i, c)
+    negative_concept: torch.Tensor      # (B, M, Kc) long: s(x_i, c^-)
+    negative_image: torch.Tensor        # (B, M, Ki) long: s(x^-, c)
+    mask: torch.Tensor                  # (B, M) bool, True = a real concept slot
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.pair_image.shape[0])
+
+
+def _phrases(p: ConceptProgram) -> list[int]:
+    """Composed concepts other than the sentence."""
+    return [n for n in range(p.num_nodes) if not p.is_primitive(n) and n != p.root]
+
+
+def flat_mvsa_plan(programs: Sequence[ConceptProgram], pair_image: torch.Tensor, pair_caption: torch.Tensor,
+                   num_caption_negatives: int, mvsa_concepts: int, rng: random.Random) -> FlatMVSAPlan:
+    """Draw up to ``mvsa_concepts`` phrases of each positive caption and their negatives (module docstring).
+
+    Args:
+        programs: the batch's C distinct captions.
+        pair_image, pair_caption: (B, 1 + K) the batch's pairs, positive in column 0, then the
+            ``num_caption_negatives`` caption negatives, then the image negatives.
+        rng: the draws' source (seeded per step by the caller, for exact resume).
+    """
+    b, k1 = pair_image.shape
+    kc, m = num_caption_negatives, mvsa_concepts
+    ki = k1 - 1 - kc
+    text_slot: dict[str, int] = {}
+    images: list[int] = []
+    texts: list[int] = []
+
+    def pair(image: int, text: str) -> int:
+        texts.append(text_slot.setdefault(text, len(text_slot)))
+        images.append(image)
+        return len(images) - 1
+
+    positive = torch.zeros(b, m, dtype=torch.long)
+    neg_concept = torch.zeros(b, m, kc, dtype=torch.long)
+    neg_image = torch.zeros(b, m, ki, dtype=torch.long)
+    mask = torch.zeros(b, m, dtype=torch.bool)
+    pi, pc = pair_image.tolist(), pair_caption.tolist()
+    for i in range(b):
+        p = programs[pc[i][0]]
+        nodes = _phrases(p)
+        chosen = rng.sample(nodes, min(m, len(nodes)))
+        for slot, node in enumerate(chosen):
+            text = p.texts[node]
+            positive[i, slot] = pair(pi[i][0], text)
+            for k in range(kc):  # a concept of the k-th negative caption, on the positive image
+                q = programs[pc[i][1 + k]]
+                pool = [n for n in range(q.num_nodes) if not q.is_primitive(n)] or [q.root]
+                neg_concept[i, slot, k] = pair(pi[i][0], q.texts[rng.choice(pool)])
+            for k in range(ki):  # the same concept on the k-th negative image
+                neg_image[i, slot, k] = pair(pi[i][1 + kc + k], text)
+            mask[i, slot] = True
+    n = len(images)
+    pad = ~mask                                                               # (B, M)
+    positive[pad] = n
+    neg_concept[pad] = n
+    neg_image[pad] = n
+    return FlatMVSAPlan(texts=list(text_slot), pair_image=torch.tensor(images, dtype=torch.long),
+                        pair_text=torch.tensor(texts, dtype=torch.long), positive=positive,
+                        negative_concept=neg_concept, negative_image=neg_image, mask=mask)
+
+
+class FlatModule(RetrievalModule):
+    """Trains a :class:`FlatCrossTransformer` with l_MATCH, plus its phrase-level MVSA when
+    ``optim.use_mvsa`` (module docstring); ``model_cfg.loss`` gives alpha, lambda1 and hinge/NLL."""
+
+    def __init__(self, model_cfg: ComposerConfig, optim: OptimConfig, *, eval_max_pairs: int = 4096,
+                 load_pretrained: bool = True, mvsa_concepts: int = 2, seed: int = 0):
+        super().__init__(optim, eval_max_pairs=eval_max_pairs, seed=seed)
+        if mvsa_concepts < 1:
+            raise ValueError(f"mvsa_concepts={mvsa_concepts} must be >= 1 (turn MVSA off with use_mvsa=False)")
+        self.model_cfg = model_cfg
+        self.mvsa_concepts = mvsa_concepts
+        self.model = FlatCrossTransformer.from_config(model_cfg, load_pretrained=load_pretrained)
+        self.tokenizer = self.model.make_tokenizer()
+        self.save_hyperparameters({"model": _plain(model_cfg), "optim": _plain(optim), "seed": seed,
+                                   "mvsa_concepts": mvsa_concepts})
+
+    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+        b, k1 = batch.pair_image.shape
+        kc = batch.num_caption_negatives
+        programs = batch.programs.programs
+        texts = [p.texts[p.root] for p in programs]                                   # (C,) sentences
+        pair_image, pair_caption = batch.pair_image.reshape(-1), batch.pair_caption.reshape(-1)  # (B (1 + K),)
+        plan = None
+        if self.optim.use_mvsa:
+            rng = random.Random(self.seed * 1_000_003 + int(self.global_step))
+            plan = flat_mvsa_plan(programs, batch.pair_image.cpu(), batch.pair_caption.cpu(), kc,
+                                  self.mvsa_concepts, rng)
+            device = pair_image.device
+            pair_image = torch.cat([pair_image, plan.pair_image.to(device)])
+            pair_caption = torch.cat([pair_caption, plan.pair_text.to(device) + len(texts)])
+            texts = texts + plan.texts
+        enc = self.tokenizer.encode_sentences(texts)
+        out = self.model(batch.regions, batch.geometry, batch.region_mask, enc.ids, enc.mask, pair_image,
+                         pair_caption)
+        match_scores = out.scores[:b * k1].view(b, k1)                                 # (B, 1 + K), positive first
+        mvsa = None if plan is None else self._mvsa(match_scores, out.scores[b * k1:], plan, kc)
+        loss = composer_loss(match_scores, mvsa, None, self.model_cfg.loss)
+        self.mark_trained(batch_idx)
+        if not torch.isfinite(loss.total):
+            raise FloatingPointError(f"non-finite loss at step {self.global_step}: match {loss.match.item()}, "
+                                     f"mvsa {loss.mvsa.item()}")
+        acc = (match_scores.argmax(1) == 0).float().mean()
+        self.log_dict({"train/loss": loss.total, "train/match": loss.match, "train/mvsa": loss.mvsa,
+                       "train/match_acc": acc}, prog_bar=True, batch_size=b)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=b)
+        return loss.total
+
+    @staticmethod
+    def _mvsa(match_scores: torch.Tensor, extra: torch.Tensor, plan: FlatMVSAPlan, kc: int) -> MVSAScores:
+        """The sentence (slot 0, from the match scores) and the plan's phrases as MVSA tensors."""
+        b = match_scores.shape[0]
+        extra = torch.cat([extra, extra.new_zeros(1)])                                 # (P + 1,), last = padding
+        dev = extra.device
+        positive = torch.cat([match_scores[:, :1], extra[plan.positive.to(dev)]], 1)  # (B, 1 + M)
+        neg_c = torch.cat([match_scores[:, None, 1:1 + kc], extra[plan.negative_concept.to(dev)]], 1)  # (B, 1+M, Kc)
+        neg_i = torch.cat([match_scores[:, None, 1 + kc:], extra[plan.negative_image.to(dev)]], 1)    # (B, 1+M, Ki)
+        mask = torch.cat([torch.ones(b, 1, dtype=torch.bool), plan.mask], 1).to(dev)  # (B, 1 + M)
+        return MVSAScores(positive, neg_c, neg_i, mask, mask[..., None].expand_as(neg_c),
+                          mask[..., None].expand_as(neg_i))
