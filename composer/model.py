@@ -99,7 +99,7 @@ class Composer(nn.Module):
         self.primitive_encoder = PrimitiveEncoder(cfg)
         self.modulator = Modulator(cfg)
         self.composition_transformer = CompositionTransformer(cfg)
-        self.scorer = AlignmentScorer(cfg.text.hidden_size)
+        self.scorer = AlignmentScorer(cfg.text.hidden_size, cfg.text.initializer_range)
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> Composer:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -264,7 +265,7 @@ class PredicateTransformer(nn.Module):
         self.num_layers = num_layers
         self.embeddings = TextEmbeddings(cfg)
         self.encoder = _Encoder(cfg, num_layers)
-        self.apply(init_bert_weights)
+        self.apply(partial(init_bert_weights, std=cfg.initializer_range))
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> PredicateTransformer:

@@ -13,6 +13,8 @@ Predicate Transformer's embedding layer, which the two modules share.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -44,7 +46,7 @@ class PrimitiveEncoder(nn.Module):
                                           dropout=cfg.text.dropout, layer_norm_eps=cfg.text.layer_norm_eps)
             self.layer = TransformerLayer(d, cfg.primitive.num_heads, cfg.primitive.intermediate_size,
                                           dropout=cfg.text.dropout, layer_norm_eps=cfg.text.layer_norm_eps)
-            self.apply(init_bert_weights)
+            self.apply(partial(init_bert_weights, std=cfg.text.initializer_range))
 
     def embed_visual(self, regions: torch.Tensor, geometry: torch.Tensor) -> torch.Tensor | None:
         """Project each image's regions once: (I, R, Dr), (I, R, Dg) -> (I, R, D); None without CrossAtt."""

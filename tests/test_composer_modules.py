@@ -315,3 +315,14 @@ def test_paper_parameter_count_on_the_meta_device():
         model = Composer.from_config(composer_config("paper"), load_pretrained=False)
     total = sum(p.numel() for p in model.parameters())
     assert total == 140_007_936  # docs/composer.md: Table 6 reports 157M for PT = 6, CT = 5
+
+
+def test_initializer_range_sets_the_std_of_every_random_init_module():
+    for std in (0.02, 0.1):
+        model = Composer.from_config(composer_config("tiny", text={"initializer_range": std}))
+        for name, module in [("CT", model.composition_transformer), ("PT", model.predicate_transformer)]:
+            w = torch.cat([p.detach().flatten() for n, p in module.named_parameters()
+                           if n.endswith("weight") and p.dim() == 2])
+            assert abs(w.std().item() - std) < 0.25 * std, (name, std, w.std().item())
+    with pytest.raises(ValueError, match="initializer_range"):
+        composer_config("tiny", text={"initializer_range": 0.0})
