@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from conftest import ROOT
 from crg.build import build_crg

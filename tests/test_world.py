@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from features.world.generate import GenerateConfig, generate_world, load_scenes
-from features.world.grammar import parse_caption, parse_phrase, realize, sample_captions
+from features.world.grammar import parse_caption, parse_phrase, sample_captions
 from features.world.scene import Scene, SceneObject, WorldConfig, relation_holds, sample_scene
 from features.world.semantics import Caption, ObjectRef, holds
 from features.world.truth import WorldTruth
