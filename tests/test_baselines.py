@@ -22,6 +22,7 @@ from features.world.generate import GenerateConfig, generate_world
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments import train_baseline  # noqa: E402
+from kill_switch import Killed, KillAt
 
 REGION_DIM = 11
 
@@ -207,21 +208,6 @@ def test_flat_module_step(tiny_world, tmp_path, use_mvsa):
     assert (float(t.callback_metrics["train/mvsa"]) > 0) == use_mvsa
 
 
-class _Killed(RuntimeError):
-    pass
-
-
-class _KillAt(L.Callback):
-    """Stops the run at the start of the batch after step ``step``, as a kill would (its checkpoint is written)."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, *args):
-        if trainer.global_step == self.step:
-            raise _Killed(f"killed after step {self.step}")
-
-
 def test_vse_module_resumes_exactly_after_a_kill(tiny_world, tmp_path):
     def make():
         cfg = vse_config("tiny", visual={"region_dim": 256}, text={"dropout": 0.2})  # dropout draws must resume too
@@ -242,8 +228,8 @@ def test_vse_module_resumes_exactly_after_a_kill(tiny_world, tmp_path):
     L.seed_everything(0)
     module, dm = make()
     ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=kill_at, save_last=True)
-    with pytest.raises(_Killed):
-        trainer(tmp_path / "run", callbacks=[ckpt, _KillAt(kill_at)]).fit(module, datamodule=dm)
+    with pytest.raises(Killed):
+        trainer(tmp_path / "run", callbacks=[ckpt, KillAt(kill_at)]).fit(module, datamodule=dm)
     L.seed_everything(123)
     module, dm = make()
     second = trainer(tmp_path / "run")

@@ -16,6 +16,7 @@ from composer.iterated_learning import ILConfig, clip_contrastive_loss, il_confi
 from composer.lightning_module import OptimConfig
 from composer.program import ConceptProgram, ProgramBatch
 from composer.retrieval import score_matrix
+from kill_switch import Killed, KillAt
 
 CAPTIONS = [("a red cube left of a blue ball", ["cube", "ball"]), ("two green rings", ["rings"]),
             ("a small yellow cone", ["cone"]), ("there is a metal box near a cube", ["box", "cube"]),
@@ -275,19 +276,6 @@ class _Batches(torch.utils.data.Dataset):
         return self.batches[i]
 
 
-class _Killed(RuntimeError):
-    pass
-
-
-class _KillAt(L.Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, *args):
-        if trainer.global_step == self.step:
-            raise _Killed
-
-
 def _fit(module, batches, root, *, ckpt_path=None, callbacks=()):
     loader = torch.utils.data.DataLoader(_Batches(batches), batch_size=None, shuffle=False)
     trainer = L.Trainer(default_root_dir=root, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
@@ -307,8 +295,8 @@ def test_resume_in_the_middle_of_distillation_is_exact(tmp_path):
     kill_at = 4                                                       # generation 1: distill steps 2, 3, 4
     ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=kill_at, save_last=True)
     first = make_module(text_hard_negatives=True)
-    with pytest.raises(_Killed):
-        _fit(first, batches, tmp_path / "run", callbacks=[ckpt, _KillAt(kill_at)])
+    with pytest.raises(Killed):
+        _fit(first, batches, tmp_path / "run", callbacks=[ckpt, KillAt(kill_at)])
     assert "il_teacher" in torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True)
 
     torch.manual_seed(123)

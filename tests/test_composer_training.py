@@ -8,6 +8,7 @@ from composer.config import composer_config
 from composer.data import CompositionDataModule, DataConfig, EpochBatchSampler
 from composer.lightning_module import ComposerModule, OptimConfig
 from features.world.generate import GenerateConfig, generate_world
+from kill_switch import Killed, KillAt
 
 
 @pytest.fixture(scope="module")
@@ -74,22 +75,6 @@ def test_a_training_step_gives_finite_loss_and_gradients(tiny_world, tmp_path):
     assert all(torch.isfinite(p).all() for p in module.parameters())
 
 
-class _Killed(RuntimeError):
-    pass
-
-
-class _KillAt(L.Callback):
-    """Stops the run at the start of the batch after step ``step`` (its checkpoint is written by then),
-    as a kill would; Lightning runs checkpoint callbacks after the others at a batch's end."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, *args):
-        if trainer.global_step == self.step:
-            raise _Killed(f"killed after step {self.step}")
-
-
 def test_resume_after_a_kill_mid_epoch_ends_with_the_same_weights(tiny_world, tmp_path):
     L.seed_everything(0)
     module, dm = make(tiny_world)
@@ -103,8 +88,8 @@ def test_resume_after_a_kill_mid_epoch_ends_with_the_same_weights(tiny_world, tm
     module, dm = make(tiny_world)
     kill_at = steps_per_epoch + 2  # mid-way through the second epoch
     ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=kill_at, save_last=True)
-    first = trainer(tmp_path / "run", max_epochs=2, callbacks=[ckpt, _KillAt(kill_at)])
-    with pytest.raises(_Killed):
+    first = trainer(tmp_path / "run", max_epochs=2, callbacks=[ckpt, KillAt(kill_at)])
+    with pytest.raises(Killed):
         first.fit(module, datamodule=dm)
     assert first.global_step == kill_at
 
