@@ -33,7 +33,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 
 from composer.data import CompositionDataModule, DataConfig  # noqa: E402
 from composer.lightning_module import OptimConfig, RetrievalModule  # noqa: E402
-from experiments.train_composer import git_sha  # noqa: E402
+from experiments.train_composer import add_training_arguments, git_sha  # noqa: E402
 
 logger = logging.getLogger("train_baseline")
 
@@ -100,26 +100,8 @@ def build_argparser() -> argparse.ArgumentParser:
                    help="optimiser and step schedule (composer.iterated_learning.il_config); default: 'small' "
                         "for the small/tiny model presets, else 'paper'")
     g = ap.add_argument_group("training")
-    g.add_argument("--epochs", type=int)
-    g.add_argument("--max-steps", type=int, default=-1,
-                   help="stop after this many steps (smoke tests); the CLIP family defaults to its schedule's")
-    g.add_argument("--lr", type=float)
-    g.add_argument("--batch-size", type=int)
-    g.add_argument("--max-regions", type=int)
-    g.add_argument("--eval-images", type=int)
-    g.add_argument("--world-images", type=int)
-    g.add_argument("--num-workers", type=int, default=0)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--accelerator", default="auto")
-    g.add_argument("--devices", default="auto")
-    g.add_argument("--num-nodes", type=int, default=1)
-    g.add_argument("--precision", default=None, help="default: bf16-mixed on GPU, 32 on CPU")
-    g.add_argument("--ckpt-every-n-steps", type=int, default=200)
-    g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
-    g.add_argument("--deterministic", action="store_true",
-                   help="torch deterministic algorithms (slower; CPU runs are reproducible without it)")
-    g.add_argument("--no-test", action="store_true", help="skip the final test-split evaluation")
-    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_training_arguments(g, max_steps_help="stop after this many steps (smoke tests); the CLIP family defaults "
+                                             "to its schedule's")
     return ap
 
 

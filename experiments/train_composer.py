@@ -45,6 +45,29 @@ NAMED = {
 }
 
 
+def add_training_arguments(group, *, max_steps_help: str = "stop after this many steps (smoke tests)") -> None:
+    """The data-size, trainer and checkpoint options every training script shares (train_baseline.py too)."""
+    group.add_argument("--epochs", type=int)
+    group.add_argument("--max-steps", type=int, default=-1, help=max_steps_help)
+    group.add_argument("--lr", type=float)
+    group.add_argument("--batch-size", type=int)
+    group.add_argument("--max-regions", type=int)
+    group.add_argument("--eval-images", type=int)
+    group.add_argument("--world-images", type=int)
+    group.add_argument("--num-workers", type=int, default=0)
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--accelerator", default="auto")
+    group.add_argument("--devices", default="auto")
+    group.add_argument("--num-nodes", type=int, default=1)
+    group.add_argument("--precision", default=None, help="default: bf16-mixed on GPU, 32 on CPU")
+    group.add_argument("--ckpt-every-n-steps", type=int, default=200)
+    group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
+    group.add_argument("--deterministic", action="store_true",
+                       help="torch deterministic algorithms (slower; CPU runs are reproducible without it)")
+    group.add_argument("--no-test", action="store_true", help="skip the final test-split evaluation")
+    group.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="world", help="world | f30k | coco | a caption file")
@@ -60,25 +83,7 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--no-mvsa", action="store_true")
     ap.add_argument("--no-order", action="store_true")
     ap.add_argument("--mvsa", choices=["hinge", "nll"])
-    ap.add_argument("--epochs", type=int)
-    ap.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (smoke tests)")
-    ap.add_argument("--lr", type=float)
-    ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--max-regions", type=int)
-    ap.add_argument("--eval-images", type=int)
-    ap.add_argument("--world-images", type=int)
-    ap.add_argument("--num-workers", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--accelerator", default="auto")
-    ap.add_argument("--devices", default="auto")
-    ap.add_argument("--num-nodes", type=int, default=1)
-    ap.add_argument("--precision", default=None, help="default: bf16-mixed on GPU, 32 on CPU")
-    ap.add_argument("--ckpt-every-n-steps", type=int, default=200)
-    ap.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
-    ap.add_argument("--deterministic", action="store_true",
-                    help="torch deterministic algorithms (slower; CPU runs are reproducible without it)")
-    ap.add_argument("--no-test", action="store_true", help="skip the final test-split evaluation")
-    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_training_arguments(ap)
     return ap
 
 
