@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from composer.phrase_retrieval import evaluate_phrase_retrieval  # noqa: E402
 from composer.program import ConceptProgram  # noqa: E402
 from composer.rerank import shortlist_and_rerank  # noqa: E402
 from composer.retrieval import recall_at_k, score_matrix  # noqa: E402
+from experiments.train_composer import git_sha  # noqa: E402
 
 logger = logging.getLogger("evaluate_composer")
 
@@ -89,14 +89,6 @@ def load(args, device: str):
         raise ValueError(f"the model takes {region_dim}-d region features, the store gives "
                          f"{data.regions.shape[-1]}-d: use the feature store it was trained with")
     return loaded, data, max_regions
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv=None) -> int:
