@@ -43,6 +43,8 @@ class DataConfig:
         eval_images: images scored in validation/test retrieval (the paper's 1,000 images x 5 captions).
         parser, parser_model: the constituency parser for the CRG (``--parser``).
         world_images: size of the generated world for ``data=world``.
+        prune_probability, prune_seed: build every split's CRG from parses whose branches are removed
+            with this probability (the paper's Table 7, :func:`crg.extract.prune_tree`); 0 = the parser's trees.
     """
 
     data: str = "world"
@@ -58,8 +60,12 @@ class DataConfig:
     parser: str = "spacy"
     parser_model: str | None = None
     world_images: int = 4000
+    prune_probability: float = 0.0
+    prune_seed: int = 0
 
     def __post_init__(self):
+        if not 0.0 <= self.prune_probability <= 1.0:
+            raise ValueError(f"prune_probability must lie in [0, 1], got {self.prune_probability}")
         if self.batch_size < 1 or self.negative_captions < 0 or self.negative_images < 0:
             raise ValueError(f"batch_size must be >= 1 and negatives >= 0, got {self.batch_size}, "
                              f"{self.negative_captions}, {self.negative_images}")
@@ -196,7 +202,8 @@ class CompositionDataModule(L.LightningDataModule):
         spec = self._resolve()
         splits = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits}[role]
         graph, _ = get_or_build_graph(spec.captions, list(splits), parser_name=self.cfg.parser,
-                                      parser_model=self.cfg.parser_model, progress=False)
+                                      parser_model=self.cfg.parser_model, progress=False,
+                                      prune_probability=self.cfg.prune_probability, prune_seed=self.cfg.prune_seed)
         return graph
 
     def setup(self, stage: str | None = None) -> None:

@@ -67,7 +67,8 @@ def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
 def load_eval_data(data: str, *, split: str = "test", captions: str | None = None, features: str | None = None,
                    eval_images: int = 1000, max_regions: int = 100, world_images: int = 4000,
                    world_dir: str | Path | None = None, parser: str = "spacy", parser_model: str | None = None,
-                   device: str | torch.device = "cpu", progress: bool = False) -> EvalData:
+                   device: str | torch.device = "cpu", progress: bool = False, prune_probability: float = 0.0,
+                   prune_seed: int = 0) -> EvalData:
     """Load an evaluation set (see the module docstring).
 
     Args:
@@ -77,6 +78,7 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
         max_regions: detector regions per image (plus the global one), as in training.
         world_dir: a generated world's directory, for exact truth when ``data`` is one of its files
             (e.g. an MCD split of the world); found automatically for ``data="world"``.
+        prune_probability, prune_seed: the CRG from degraded parses (Table 7; see :class:`DataConfig`).
     """
     from composer.data import CompositionDataModule, DataConfig
     from crg.graph_cache import get_or_build_graph
@@ -87,7 +89,7 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
                            progress=progress)
     splits = resolve_splits(spec, split)
     graph, _ = get_or_build_graph(spec.captions, splits, parser_name=parser, parser_model=parser_model,
-                                  progress=progress)
+                                  progress=progress, prune_probability=prune_probability, prune_seed=prune_seed)
     if graph.num_captions == 0:
         raise ValueError(f"{spec.captions} has no caption in split(s) {splits}: choose --split among its labels "
                          f"(e.g. 'all' for an MCD split file)")

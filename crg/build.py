@@ -12,6 +12,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,12 +23,12 @@ from tqdm.auto import tqdm
 
 from crg.caption_filter import caption_problem, normalize_caption
 from crg.corpus import Corpus
-from crg.extract import PRIMITIVE, extract_concepts
+from crg.extract import PRIMITIVE, extract_concepts, prune_tree
 from crg.graph import ConceptGraph, GraphBuilder
 from crg.parse_cache import ParseCache
 from crg.parser_base import ConstituencyParser
 
-__all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "iter_dump"]
+__all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "iter_dump", "pruning_rng"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +97,20 @@ def _parse_with(parser: ConstituencyParser, texts: list[str]) -> list[str | None
         return out
 
 
-def _analyze_chunk(payload: tuple[list[str], list[str | None]]) -> list[tuple[str | None, object, bool]]:
-    """Parse (where not cached) and extract concepts: ``(bracketed, concept_root, newly_parsed)`` per text."""
-    texts, cached = payload
+def pruning_rng(seed: int, text: str) -> random.Random:
+    """The random stream pruning one caption's parse: fixed by (seed, caption text), so a caption is pruned
+    the same way whatever chunk, process or corpus it is parsed in."""
+    return random.Random(f"prune:{seed}:{text}")
+
+
+def _analyze_chunk(payload: tuple) -> list[tuple[str | None, object, bool]]:
+    """Parse (where not cached) and extract concepts: ``(bracketed, concept_root, newly_parsed)`` per text.
+
+    ``payload`` is ``(texts, cached_trees, (prune_probability, prune_seed))``; with a probability > 0 the
+    concepts come from a pruned copy of each parse (Table 7), while the bracketed tree returned (and
+    cached) stays the parser's own.
+    """
+    texts, cached, (prune_p, prune_seed) = payload
     todo = [k for k, tree in enumerate(cached) if tree is None]
     trees = list(cached)
     if todo:
@@ -109,7 +121,10 @@ def _analyze_chunk(payload: tuple[list[str], list[str | None]]) -> list[tuple[st
         root = None
         if bracketed is not None:
             try:
-                root = extract_concepts(Tree.fromstring(bracketed))
+                tree = Tree.fromstring(bracketed)
+                if prune_p > 0:
+                    tree = prune_tree(tree, prune_p, pruning_rng(prune_seed, texts[k]))
+                root = extract_concepts(tree)
             except ValueError as err:  # a malformed cached or pre-parsed tree
                 logger.warning("cannot read the tree of %r: %s", texts[k][:120], err)
                 bracketed = None
@@ -119,13 +134,20 @@ def _analyze_chunk(payload: tuple[list[str], list[str | None]]) -> list[tuple[st
 
 def analyze_captions(texts: Sequence[str], parser: ConstituencyParser, *, cache: ParseCache | None = None,
                      n_process: int = 1, chunk_size: int = 1000, parser_spec: tuple | None = None,
-                     progress: bool = True, report: BuildReport | None = None) -> Iterator[tuple]:
+                     progress: bool = True, report: BuildReport | None = None, prune_probability: float = 0.0,
+                     prune_seed: int = 0) -> Iterator[tuple]:
     """Yield ``(bracketed_tree, concept_root)`` for each text, in order; ``(None, None)`` on failure.
 
     Trees come from the cache when present; the rest are parsed (in ``n_process`` worker processes,
     which also run the extraction) and written back to the cache chunk by chunk, so a killed run
     resumes where it stopped.
+
+    ``prune_probability`` > 0 degrades each parse before extraction (:func:`crg.extract.prune_tree`,
+    the paper's Table 7), each caption with its own stream :func:`pruning_rng` ``(prune_seed, text)``;
+    the parse cache always holds the unpruned trees.
     """
+    if not 0.0 <= prune_probability <= 1.0:
+        raise ValueError(f"prune_probability must lie in [0, 1], got {prune_probability}")
     global _WORKER_PARSER
     key = parser.cache_key()
     texts = list(texts)
@@ -135,7 +157,8 @@ def analyze_captions(texts: Sequence[str], parser: ConstituencyParser, *, cache:
         for start in range(0, len(distinct), 50_000):
             chunk = distinct[start:start + 50_000]
             cached.update((t, tree) for t, tree in zip(chunk, cache.get_many(key, chunk)) if tree is not None)
-    payloads = [(texts[i:i + chunk_size], [cached.get(t) for t in texts[i:i + chunk_size]])
+    prune = (float(prune_probability), int(prune_seed))
+    payloads = [(texts[i:i + chunk_size], [cached.get(t) for t in texts[i:i + chunk_size]], prune)
                 for i in range(0, len(texts), chunk_size)]
     del cached
     started = time.perf_counter()
@@ -157,7 +180,7 @@ def analyze_captions(texts: Sequence[str], parser: ConstituencyParser, *, cache:
 
 
 def _consume(results, payloads, cache, key, report, bar):
-    for (texts, _), result in zip(payloads, results):
+    for (texts, _, _), result in zip(payloads, results):
         fresh = [(t, r[0]) for t, r in zip(texts, result) if r[2] and r[0] is not None]
         if cache is not None and fresh:
             cache.put_many(key, fresh)
@@ -173,10 +196,12 @@ def _consume(results, payloads, cache, key, report, bar):
 # ---------------------------------------------------------------------- the build
 def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache | None = None,
               n_process: int = 1, parser_spec: tuple | None = None, dump_path: str | Path | None = None,
-              progress: bool = True, max_words: int = 100) -> tuple[ConceptGraph, BuildReport]:
+              progress: bool = True, max_words: int = 100, prune_probability: float = 0.0,
+              prune_seed: int = 0) -> tuple[ConceptGraph, BuildReport]:
     """Build the CRG of every caption of ``corpus`` (select splits first with ``corpus.select``).
 
     ``dump_path`` writes one JSON line per used caption (see :func:`caption_record`).
+    ``prune_probability`` / ``prune_seed``: build from degraded parses (see :func:`analyze_captions`).
     """
     report = BuildReport()
     todo: list[tuple[int, int, str]] = []
@@ -192,7 +217,8 @@ def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache |
     dump = _open_atomic(dump_path) if dump_path else None
     try:
         results = analyze_captions([t for _, _, t in todo], parser, cache=cache, n_process=n_process,
-                                   parser_spec=parser_spec, progress=progress, report=report)
+                                   parser_spec=parser_spec, progress=progress, report=report,
+                                   prune_probability=prune_probability, prune_seed=prune_seed)
         for (i, j, text), (bracketed, root) in zip(todo, results):
             if root is None:
                 report.skip("parse_failed", corpus.images[i].image_id, j, text)
@@ -211,8 +237,11 @@ def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache |
         logger.warning("skipped %d of %d captions: %s (first examples in the report)",
                        sum(report.skipped.values()), report.num_captions, report.skipped)
     started = time.perf_counter()
-    graph = builder.build(meta={"corpus": str(corpus.path), "corpus_format": corpus.format,
-                                "parser": parser.cache_key(), "report": report.as_dict()})
+    meta = {"corpus": str(corpus.path), "corpus_format": corpus.format, "parser": parser.cache_key(),
+            "report": report.as_dict()}
+    if prune_probability > 0:
+        meta["prune"] = {"probability": float(prune_probability), "seed": int(prune_seed)}
+    graph = builder.build(meta=meta)
     report.extract_seconds = time.perf_counter() - started
     return graph, report
 

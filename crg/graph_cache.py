@@ -6,7 +6,8 @@ Graphs live under ``$GC_CACHE_DIR/graphs/<key>/`` (the parse cache's root, see
 * the corpus file (resolved path, size and modification time), its format,
 * the selected splits (``None`` = all images),
 * the parser's :meth:`~crg.parser_base.ConstituencyParser.cache_key` and ``max_words``,
-* the graph format version.
+* the graph format version,
+* for graphs built from degraded parses (Table 7), the pruning probability and seed.
 
 A hit loads the saved graph (about a second for 145,000 captions) without building a parser: for the
 spaCy backend the parser key is read from the installed model's ``meta.json``
@@ -46,22 +47,31 @@ class GraphKey:
     parser: str                      # the parser's cache_key()
     max_words: int                   # build_crg's caption length limit
     graph_format: int = FORMAT_VERSION
+    prune: tuple[float, int] | None = None  # (probability, seed) of pruned parses; None = the parser's trees
 
     @classmethod
     def for_corpus(cls, path: str | Path, splits: Sequence[str] | None, parser_key: str, *,
-                   format: str | None = None, max_words: int = 100) -> "GraphKey":
+                   format: str | None = None, max_words: int = 100,
+                   prune: tuple[float, int] | None = None) -> "GraphKey":
         path = Path(path).resolve()
         st = path.stat()
         return cls(str(path), st.st_size, st.st_mtime_ns, format,
-                   None if splits is None else tuple(sorted(set(splits))), parser_key, max_words)
+                   None if splits is None else tuple(sorted(set(splits))), parser_key, max_words,
+                   prune=None if prune is None else (float(prune[0]), int(prune[1])))
 
     def digest(self) -> str:
-        """A stable 20-hex-digit name.
+        """A stable 20-hex-digit name (an unpruned key hashes as before pruning existed: caches stay valid).
 
         >>> GraphKey("/c.jsonl", 1, 2, None, ("train",), "spacy:x", 100, 1).digest()
         '61500b6fdfd4343d0fbf'
+        >>> pruned = GraphKey("/c.jsonl", 1, 2, None, ("train",), "spacy:x", 100, 1, prune=(0.3, 0))
+        >>> pruned.digest() != GraphKey("/c.jsonl", 1, 2, None, ("train",), "spacy:x", 100, 1).digest()
+        True
         """
-        blob = json.dumps(asdict(self), sort_keys=True).encode("utf-8")
+        fields = asdict(self)
+        if fields["prune"] is None:
+            del fields["prune"]
+        blob = json.dumps(fields, sort_keys=True).encode("utf-8")
         return hashlib.blake2b(blob, digest_size=10).hexdigest()
 
 
@@ -109,7 +119,8 @@ def parser_cache_key(name: str, model: str | None = None) -> str | None:
 def get_or_build_graph(path: str | Path, splits: Sequence[str] | None, *, parser_name: str = "spacy",
                        parser_model: str | None = None, format: str | None = None, max_words: int = 100,
                        cache_root: str | Path | None = None, parse_cache_path: str | Path | None = None,
-                       n_process: int | None = None, progress: bool = True) -> tuple[ConceptGraph, bool]:
+                       n_process: int | None = None, progress: bool = True, prune_probability: float = 0.0,
+                       prune_seed: int = 0) -> tuple[ConceptGraph, bool]:
     """The CRG of ``path``'s images in ``splits`` (``None`` = all), from the graph cache or built.
 
     Args:
@@ -122,6 +133,8 @@ def get_or_build_graph(path: str | Path, splits: Sequence[str] | None, *, parser
         parse_cache_path: the parse cache used on a miss (default ``$GC_CACHE_DIR/parse_cache.sqlite``).
         n_process: parser processes on a miss (default: all cores for more than 20,000 captions).
         progress: show the build's progress bar.
+        prune_probability, prune_seed: build from parses with branches removed at random (the paper's
+            Table 7; :func:`crg.build.analyze_captions`); cached under their own key.
 
     Returns:
         ``(graph, hit)``; ``hit`` is True when the graph came from the cache.
@@ -134,7 +147,8 @@ def get_or_build_graph(path: str | Path, splits: Sequence[str] | None, *, parser
 
         parser = make_parser(parser_name, parser_model)
         key_str = parser.cache_key()
-    key = GraphKey.for_corpus(path, splits, key_str, format=format, max_words=max_words)
+    prune = (prune_probability, prune_seed) if prune_probability > 0 else None
+    key = GraphKey.for_corpus(path, splits, key_str, format=format, max_words=max_words, prune=prune)
     directory = root / key.digest()
     if (directory / "graph.npz").exists() and (directory / "graph_strings.json.gz").exists():
         logger.info("loading cached graph %s (%s, splits %s)", directory, path, splits)
@@ -153,7 +167,8 @@ def get_or_build_graph(path: str | Path, splits: Sequence[str] | None, *, parser
         if parser.cache_key() != key_str:  # the cheap key must agree, or the cache would never hit
             logger.warning("parser key %r differs from the predicted %r; keying the graph by the former",
                            parser.cache_key(), key_str)
-            key = GraphKey.for_corpus(path, splits, parser.cache_key(), format=format, max_words=max_words)
+            key = GraphKey.for_corpus(path, splits, parser.cache_key(), format=format, max_words=max_words,
+                                      prune=prune)
             directory = root / key.digest()
     if n_process is None:
         n_process = (os.cpu_count() or 1) if corpus.num_captions > 20_000 and parser_name == "spacy" else 1
@@ -162,7 +177,7 @@ def get_or_build_graph(path: str | Path, splits: Sequence[str] | None, *, parser
     with ParseCache(parse_cache_path or default_cache_path()) as cache:
         graph, _ = build_crg(corpus, parser, cache=cache, n_process=n_process,
                              parser_spec=(parser_name, parser_model, {}), progress=progress,
-                             max_words=max_words)
+                             max_words=max_words, prune_probability=prune_probability, prune_seed=prune_seed)
     graph.meta["graph_key"] = asdict(key)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key.digest()}.", dir=root))
