@@ -1,0 +1,345 @@
+"""What the study runs, as data: the runs (models and the papers' ablations) and the profiles (sizes).
+
+The study (``experiments/run_study.py``) trains every run of a profile for each seed on one split of
+the generated world and evaluates it with one evaluation code path. A run is the *command line* of a
+training script (``experiments/train_composer.py`` or ``experiments/train_baseline.py``) for the world's
+named configuration plus the ablation's flags, so a run of the study is the same model a user gets from
+the script with those flags; the profile then fixes the data sizes and the training length.
+
+Runs (:data:`RUNS`), by the table they fill (Zhang et al. 2021 = COMPOSER; Zheng et al. 2024 = IL-CLIP):
+
+* main models (COMPOSER Table 2 / Figure 4; IL-CLIP Table 1): ``composer``, ``vse``, ``flat``,
+  ``clip``, ``codebook_clip``, ``il_clip`` (and ``negclip``, word-swap text negatives, in the gpu profile);
+* COMPOSER Table 3 (primitive CrossAtt off), Table 4 (Replace / MLP modulators), Table 5 (MVSA off for
+  COMPOSER, on for the flat model), Table 6 (PT / CT depth around the preset's), Table 7 (parses pruned
+  with probability 0.1 / 0.3 / 0.5);
+* IL-CLIP Table 4: spawn the vision agent / alternate, codebook not frozen during distillation, no
+  codebook, generation cycles halved / doubled at the same total steps.
+
+Profiles (:data:`PROFILES`): ``smoke`` (tests: a tiny world, a few steps, ``tiny`` models), ``cpu``
+(fits in an hour on 2 CPU cores: see :data:`CPU_BUDGET_NOTE`), ``gpu`` (paper-like sizes: the
+``offline`` presets, i.e. PT 6 / CT 5 with the Predicate Transformer initialised from MiniLM, 1,000
+test images x 5,000 captions, 20 epochs of the paper's schedule, 16 compound-divergence windows of
+1,000 images; untimed).
+
+>>> [r.name for r in study_runs(PROFILES["cpu"])][:3]
+['composer', 'vse', 'flat']
+>>> get_profile("smoke").seeds
+(0,)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = [
+    "CLIP_FAMILY",
+    "CPU_BUDGET_NOTE",
+    "EVALS",
+    "MODELS",
+    "PROFILES",
+    "RUNS",
+    "Schedule",
+    "StudyProfile",
+    "StudyRun",
+    "get_profile",
+    "il_overrides",
+    "schedule_for",
+    "study_runs",
+]
+
+MODELS = ("composer", "vse", "flat", "clip", "codebook_clip", "il_clip")
+CLIP_FAMILY = ("clip", "codebook_clip", "il_clip")
+# test: in-domain sentence retrieval; mcd: the MCD split; windows: Figure 4's splits along compound
+# divergence; phrase: phrase-to-image retrieval; hard_negatives: I2T / T2I / group accuracy
+EVALS = ("test", "mcd", "windows", "phrase", "hard_negatives")
+_ALL = EVALS
+_RETRIEVAL = ("test", "mcd")
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One trained model of the study.
+
+    Attributes:
+        name: the run's key in results and tables (``composer_replace``).
+        model: one of :data:`MODELS`; decides the training script whose arguments ``args`` are.
+        label: how tables name it.
+        args: extra command-line arguments of that script (``("--modulator", "replace")``).
+        il: :class:`composer.iterated_learning.ILConfig` overrides (the CLIP family's ablations).
+        il_cycle_scale: IL-CLIP Table 4's generation cycle: distillation and interaction steps scaled by
+            this, the number of generations by its inverse (same total steps).
+        prune: probability of removing each parse branch when the CRGs are built (COMPOSER Table 7),
+            for training and evaluation alike.
+        evals: what the tables need of it; a profile with ``full_eval`` runs every evaluation anyway.
+    """
+
+    name: str
+    model: str
+    label: str
+    args: tuple[str, ...] = ()
+    il: dict[str, Any] = field(default_factory=dict)
+    il_cycle_scale: float = 1.0
+    prune: float = 0.0
+    evals: tuple[str, ...] = _RETRIEVAL
+
+    def __post_init__(self):
+        if self.model not in MODELS:
+            raise ValueError(f"run {self.name!r}: model {self.model!r} is not one of {MODELS}")
+        bad = [e for e in self.evals if e not in EVALS]
+        if bad:
+            raise ValueError(f"run {self.name!r}: unknown evaluations {bad}; choose among {EVALS}")
+        if not 0.0 <= self.prune <= 1.0 or self.il_cycle_scale <= 0:
+            raise ValueError(f"run {self.name!r}: prune must lie in [0, 1] and il_cycle_scale be > 0, got "
+                             f"{self.prune}, {self.il_cycle_scale}")
+        if (self.il or self.il_cycle_scale != 1.0) and self.model not in CLIP_FAMILY:
+            raise ValueError(f"run {self.name!r}: IL settings apply to the CLIP family only, not {self.model!r}")
+
+    @property
+    def script(self) -> str:
+        """``composer`` (experiments/train_composer.py) or ``baseline`` (experiments/train_baseline.py)."""
+        return "composer" if self.model == "composer" else "baseline"
+
+
+RUNS: tuple[StudyRun, ...] = (
+    # main models: COMPOSER Table 2 and Figure 4, IL-CLIP Table 1
+    StudyRun("composer", "composer", "COMPOSER", evals=_ALL),
+    StudyRun("vse", "vse", "VSE", evals=_ALL),
+    StudyRun("flat", "flat", "Flat cross-modal (ViLBERT-style)", evals=_ALL),
+    StudyRun("clip", "clip", "CLIP", evals=_ALL),
+    StudyRun("codebook_clip", "codebook_clip", "Codebook-CLIP", evals=_ALL),
+    StudyRun("il_clip", "il_clip", "IL-CLIP", evals=_ALL),
+    StudyRun("negclip", "clip", "NegCLIP (word-swap text negatives)", il={"text_hard_negatives": True},
+             evals=("test", "mcd", "hard_negatives")),
+    # COMPOSER Table 3: primitive encoding without CrossAtt
+    StudyRun("composer_no_crossatt", "composer", "COMPOSER, no primitive CrossAtt", ("--no-primitive-crossatt",)),
+    # Table 4: modulators (FiLM = composer)
+    StudyRun("composer_replace", "composer", "COMPOSER, Replace modulator", ("--modulator", "replace")),
+    StudyRun("composer_mlp", "composer", "COMPOSER, MLP modulator", ("--modulator", "mlp")),
+    # Table 5: MVSA off for COMPOSER, on for the flat model
+    StudyRun("composer_no_mvsa", "composer", "COMPOSER, no MVSA", ("--no-mvsa",), evals=("test", "mcd", "phrase")),
+    StudyRun("flat_mvsa", "flat", "Flat cross-modal + MVSA", ("--mvsa",), evals=("test", "mcd", "phrase")),
+    # Table 6: depth around the preset's (small: PT 2, CT 3)
+    StudyRun("composer_pt1", "composer", "COMPOSER, PT 1 layer", ("--pt-layers", "1")),
+    StudyRun("composer_ct1", "composer", "COMPOSER, CT 1 layer", ("--ct-layers", "1")),
+    StudyRun("composer_ct5", "composer", "COMPOSER, CT 5 layers", ("--ct-layers", "5")),
+    # Table 7: degraded parses
+    StudyRun("composer_prune10", "composer", "COMPOSER, parses pruned p=0.1", prune=0.1),
+    StudyRun("composer_prune30", "composer", "COMPOSER, parses pruned p=0.3", prune=0.3),
+    StudyRun("composer_prune50", "composer", "COMPOSER, parses pruned p=0.5", prune=0.5),
+    # IL-CLIP Table 4
+    StudyRun("il_cycle_short", "il_clip", "IL-CLIP, generation cycle x0.5", il_cycle_scale=0.5,
+             evals=("test", "hard_negatives")),
+    StudyRun("il_cycle_long", "il_clip", "IL-CLIP, generation cycle x2", il_cycle_scale=2.0,
+             evals=("test", "hard_negatives")),
+    StudyRun("il_spawn_vision", "il_clip", "IL-CLIP, spawn the vision agent", il={"spawn": "vision"},
+             evals=("test", "hard_negatives")),
+    StudyRun("il_spawn_alternate", "il_clip", "IL-CLIP, spawn alternately", il={"spawn": "alternate"},
+             evals=("test", "hard_negatives")),
+    StudyRun("il_no_freeze", "il_clip", "IL-CLIP, codebook not frozen in distillation",
+             il={"freeze_codebook": False}, evals=("test", "hard_negatives")),
+    StudyRun("il_no_codebook", "il_clip", "IL-CLIP without codebook", il={"use_codebook": False},
+             evals=("test", "hard_negatives")),
+)
+_BY_NAME = {r.name: r for r in RUNS}
+assert len(_BY_NAME) == len(RUNS), "run names must be unique"
+
+_COMPOSER_TABLES = ("composer", "vse", "flat", "clip", "codebook_clip", "il_clip", "composer_no_crossatt",
+                    "composer_replace", "composer_mlp", "composer_no_mvsa", "flat_mvsa", "composer_pt1",
+                    "composer_ct1", "composer_ct5", "composer_prune10", "composer_prune30", "composer_prune50")
+_IL_ABLATIONS = ("il_cycle_short", "il_cycle_long", "il_spawn_vision", "il_spawn_alternate", "il_no_freeze",
+                 "il_no_codebook")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How long one model family trains, and the shape of its learning-rate schedule.
+
+    The shape is given in fractions of the run so that a short profile keeps the named configuration's
+    proportions (warm-up, then /10 steps) instead of being cut off mid-warm-up.
+
+    Attributes:
+        steps: optimiser steps; None = ``epochs`` epochs of the training split.
+        epochs: used when ``steps`` is None.
+        lr, batch_size: None = the script's named ``world`` configuration's.
+        warmup_fraction: linear warm-up over this share of the run.
+        decay_fractions: the learning rate is divided by 10 after these shares of the run.
+    """
+
+    steps: int | None = None
+    epochs: float | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    warmup_fraction: float = 0.125
+    decay_fractions: tuple[float, ...] = (0.75,)
+
+    def __post_init__(self):
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError(f"Schedule: give exactly one of steps and epochs, got {self.steps}, {self.epochs}")
+        if (self.steps is not None and self.steps < 1) or (self.epochs is not None and self.epochs <= 0):
+            raise ValueError(f"Schedule: steps / epochs must be positive, got {self.steps}, {self.epochs}")
+        if not 0 <= self.warmup_fraction <= 1 or any(not 0 < f <= 1 for f in self.decay_fractions):
+            raise ValueError(f"Schedule: fractions must lie in [0, 1], got {self.warmup_fraction}, "
+                             f"{self.decay_fractions}")
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """Optimiser steps of the run for a training split of ``steps_per_epoch`` batches."""
+        return self.steps if self.steps is not None else max(1, math.ceil(self.epochs * steps_per_epoch))
+
+
+@dataclass(frozen=True)
+class StudyProfile:
+    """Sizes of one study: data, training lengths, evaluation sets.
+
+    Attributes:
+        name: ``smoke`` | ``cpu`` | ``gpu``.
+        world_images: the generated world's size (80 / 10 / 10 % train / val / test).
+        max_regions: detector regions per image (plus the global one); None = the named config's (14).
+        presets: model -> model-size preset (``--preset``); a model missing = the named configuration's.
+        schedules: ``composer`` (also the flat model: the two cross-attention models compare like for
+            like), ``vse``; the CLIP family trains on ``il``'s step schedule.
+        il: :class:`composer.iterated_learning.ILConfig` fields of the CLIP family (``il_config("small")``
+            plus these); ``clip`` and ``codebook_clip`` use its total steps with one warm-up.
+        clip_batch_size: the CLIP family's batch; None = the named configuration's (64).
+        eval_images: in-domain test candidates (first images of the test split; all their captions).
+        mcd_images: images of the MCD split and of each window (clamped to half the eligible candidates).
+        mcd_candidate_splits: where the MCD split's images come from (training is the train split).
+        num_windows: Figure 4's splits, evenly spaced between the lowest and highest window divergence.
+        phrases_per_caption: phrase queries per caption (paper: 5).
+        hn_images: test images whose captions get hard negatives; hn_per_type: negatives per caption and
+            type; hn_distractors: text-to-image distractor images per caption.
+        probe_steps: updates of the easy-to-learn probe (IL-CLIP §4.4) on the CLIP family.
+        max_pairs: (image, text) pairs per scoring call.
+        log_every_n_steps: training-curve resolution (the IL-CLIP loss figure).
+        runs: run names (:data:`RUNS`) in the order they train.
+        seeds: default seeds.
+        full_eval: every evaluation for every run (else each run's ``evals``).
+        num_workers: DataLoader workers.
+        jobs: runs trained at a time (worker processes sharing the cores); ``--jobs`` overrides it.
+    """
+
+    name: str
+    world_images: int
+    schedules: dict[str, Schedule]
+    il: dict[str, Any]
+    eval_images: int
+    mcd_images: int
+    num_windows: int
+    phrases_per_caption: int
+    hn_images: int
+    hn_per_type: int
+    hn_distractors: int
+    probe_steps: int
+    runs: tuple[str, ...]
+    max_regions: int | None = None
+    clip_batch_size: int | None = None
+    presets: dict[str, str] = field(default_factory=dict)
+    mcd_candidate_splits: tuple[str, ...] = ("val", "test")
+    max_pairs: int = 4096
+    log_every_n_steps: int = 1
+    seeds: tuple[int, ...] = (0, 1, 2)
+    full_eval: bool = False
+    num_workers: int = 0
+    jobs: int = 1
+
+    def __post_init__(self):
+        unknown = [r for r in self.runs if r not in _BY_NAME]
+        if unknown:
+            raise ValueError(f"profile {self.name!r}: unknown runs {unknown}; known: {sorted(_BY_NAME)}")
+        missing = {"composer", "vse"} - set(self.schedules)
+        if missing:
+            raise ValueError(f"profile {self.name!r}: schedules for {sorted(missing)} are missing")
+        sizes = {"world_images": self.world_images, "eval_images": self.eval_images, "mcd_images": self.mcd_images,
+                 "num_windows": self.num_windows, "phrases_per_caption": self.phrases_per_caption,
+                 "hn_images": self.hn_images, "hn_per_type": self.hn_per_type, "max_pairs": self.max_pairs}
+        bad = {k: v for k, v in sizes.items() if v < 1}
+        if bad or self.probe_steps < 0 or self.hn_distractors < 0:
+            raise ValueError(f"profile {self.name!r}: sizes must be >= 1 (probe_steps, hn_distractors >= 0), "
+                             f"got {bad or (self.probe_steps, self.hn_distractors)}")
+
+    def evals_for(self, run: StudyRun) -> tuple[str, ...]:
+        return EVALS if self.full_eval else run.evals
+
+
+def schedule_for(profile: StudyProfile, model: str) -> Schedule:
+    """The schedule of ``model``'s family (the flat model trains as COMPOSER does)."""
+    return profile.schedules["vse" if model == "vse" else "composer"]
+
+
+def il_overrides(profile: StudyProfile, run: StudyRun) -> dict[str, Any]:
+    """ILConfig fields of ``run``: the profile's schedule, the run's ablation, its cycle scale.
+
+    >>> p = get_profile("cpu")
+    >>> short = il_overrides(p, _BY_NAME["il_cycle_short"])
+    >>> base = il_overrides(p, _BY_NAME["il_clip"])
+    >>> short["generations"] == 2 * base["generations"], short["t_interact"] * 2 == base["t_interact"]
+    (True, True)
+    """
+    out = {**profile.il, **run.il}
+    if run.il_cycle_scale != 1.0:  # the generations' steps are kept; what rounding leaves goes to t_extend
+        s = run.il_cycle_scale
+        budget = out["generations"] * (out["t_distill"] + out["t_interact"])
+        distill, interact = max(1, round(out["t_distill"] * s)), max(1, round(out["t_interact"] * s))
+        generations = max(1, budget // (distill + interact))
+        out.update(t_distill=distill, t_interact=interact, generations=generations,
+                   t_extend=out["t_extend"] + budget - generations * (distill + interact))
+    return out
+
+
+def study_runs(profile: StudyProfile, names: tuple[str, ...] | list[str] | None = None) -> list[StudyRun]:
+    """The profile's runs (or ``names``, validated), in training order."""
+    chosen = profile.runs if names is None else tuple(names)
+    unknown = [n for n in chosen if n not in _BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown runs {unknown}; known: {sorted(_BY_NAME)}")
+    return [_BY_NAME[n] for n in chosen]
+
+
+# ---------------------------------------------------------------------------- profiles
+_SMOKE = StudyProfile(
+    name="smoke", world_images=80, max_regions=6,
+    presets={m: "tiny" for m in MODELS},
+    schedules={"composer": Schedule(steps=2, batch_size=4, lr=1e-3), "vse": Schedule(steps=2, batch_size=4, lr=1e-3)},
+    il={"t_warm": 1, "t_distill": 1, "t_interact": 1, "generations": 2, "t_extend": 1, "lr_warmup_steps": 1},
+    eval_images=8, mcd_images=4, num_windows=2, phrases_per_caption=2, hn_images=3, hn_per_type=1,
+    hn_distractors=2, probe_steps=2, runs=tuple(r.name for r in RUNS), seeds=(0,), max_pairs=512, clip_batch_size=4)
+
+# The cpu profile, sized from per-step and per-pair times measured on the 2-core machine (CPU_BUDGET_NOTE;
+# docs/evaluation.md, "Running the study"): two runs at a time, one core each.
+_CPU = StudyProfile(
+    name="cpu", world_images=3000,
+    schedules={"composer": Schedule(steps=100), "vse": Schedule(steps=150, warmup_fraction=0.1, decay_fractions=())},
+    # 40 + 2 x (10 + 40) + 30 = 170 steps at batch 64: the small preset's 6:1:5:6 proportions, shortened
+    il={"t_warm": 40, "t_distill": 10, "t_interact": 40, "generations": 2, "t_extend": 30, "lr_warmup_steps": 10},
+    eval_images=30, mcd_images=30, num_windows=3, phrases_per_caption=2, hn_images=20, hn_per_type=1,
+    hn_distractors=3, probe_steps=20, runs=_COMPOSER_TABLES, jobs=2)
+
+_GPU = StudyProfile(
+    name="gpu", world_images=10000, max_regions=14,
+    presets={"composer": "offline", "flat": "offline", "vse": "offline", "clip": "small", "codebook_clip": "small",
+             "il_clip": "small"},
+    # the paper's schedule (Appendix C): 20 epochs, batch 64, 4e-5 after a 2-epoch warm-up, /10 at 10 and 15
+    schedules={"composer": Schedule(epochs=20, lr=4e-5, batch_size=64, warmup_fraction=0.1,
+                                    decay_fractions=(0.5, 0.75)),
+               "vse": Schedule(epochs=20, lr=4e-5, batch_size=64, warmup_fraction=0.1, decay_fractions=(0.5, 0.75))},
+    # il_config("small") x 5: 1,500 + 4 x (250 + 1,250) + 1,500 = 9,000 steps at batch 64 (~14 epochs)
+    il={"t_warm": 1500, "t_distill": 250, "t_interact": 1250, "generations": 4, "t_extend": 1500,
+        "lr_warmup_steps": 125},
+    eval_images=1000, mcd_images=1000, num_windows=16, phrases_per_caption=5, hn_images=1000, hn_per_type=5,
+    hn_distractors=5, probe_steps=500, runs=tuple(r.name for r in RUNS), log_every_n_steps=10, max_pairs=16384,
+    num_workers=4)
+
+PROFILES: dict[str, StudyProfile] = {p.name: p for p in (_SMOKE, _CPU, _GPU)}
+
+CPU_BUDGET_NOTE = ("cpu profile: 17 runs x 3 seeds on the 3,000-image world, two at a time; COMPOSER and the flat "
+                   "model 100 steps at batch 32, VSE 150 steps at batch 64, the CLIP family 170 steps at batch 64; "
+                   "30-image evaluation sets (150 captions), 3 compound-divergence windows")
+
+
+def get_profile(name: str, **overrides: Any) -> StudyProfile:
+    """A named profile, with fields replaced (``seeds=(0,)``, ``runs=(...)``)."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose one of {sorted(PROFILES)}")
+    return replace(PROFILES[name], **overrides) if overrides else PROFILES[name]

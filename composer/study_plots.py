@@ -1,0 +1,174 @@
+"""The study's figures (matplotlib, PNG), from its ``results.json``.
+
+* COMPOSER Figure 4: sentence R@1 against the compound divergence of the split, one line per model
+  (mean over seeds, error bars = sample std);
+* IL-CLIP Figure 3: the training loss of IL-CLIP across generations (each seed; spawns marked);
+* IL-CLIP Figure 4: the easy-to-learn probe, in-batch accuracy of a new language agent learning a
+  frozen vision agent, against probe steps (mean over seeds, band = std), IL-CLIP vs. codebook-CLIP.
+
+The data each figure shows is extracted by a pure function (:func:`generation_starts`,
+:func:`probe_curves`, :func:`composer.study_tables.window_series`), tested on hand-made results; the
+drawing functions only draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from composer.study_tables import Row, seed_values, window_series
+
+__all__ = [
+    "generation_starts",
+    "loss_curves",
+    "mean_band",
+    "plot_il_loss",
+    "plot_probe",
+    "plot_r1_vs_cd",
+    "probe_curves",
+]
+
+
+def generation_starts(steps: Sequence[int], generations: Sequence[float]) -> list[int]:
+    """Steps at which the generation number increases (IL's spawns), from a logged curve.
+
+    >>> generation_starts([0, 1, 2, 3, 4], [0, 0, 1, 1, 2])
+    [2, 4]
+    """
+    out = []
+    for k in range(1, min(len(steps), len(generations))):
+        g0, g1 = generations[k - 1], generations[k]
+        if g0 is not None and g1 is not None and g1 > g0:
+            out.append(int(steps[k]))
+    return out
+
+
+def loss_curves(results: Mapping, run: str) -> list[dict]:
+    """Each seed's logged training curve of ``run`` (``{"step": [...], "loss": [...], ...}``), seed order."""
+    return [c for c in seed_values(results, run, ("train_curve",)) if c and c.get("step")]
+
+
+def probe_curves(results: Mapping, rows: Sequence[Row]) -> dict[str, list[list[float]]]:
+    """label -> each seed's easy-to-learn probe accuracy curve, for the rows whose runs have one.
+
+    >>> res = {"runs": {"a": {"seeds": {"0": {"probe": {"accuracy": [0.1, 0.2]}}}}, "b": {"seeds": {"0": {}}}}}
+    >>> probe_curves(res, [Row("A", "a"), Row("B", "b")])
+    {'A': [[0.1, 0.2]]}
+    """
+    out = {}
+    for row in rows:
+        curves = [p["accuracy"] for p in seed_values(results, row.run, ("probe",)) if p.get("accuracy")]
+        if curves:
+            out[row.label] = curves
+    return out
+
+
+def mean_band(curves: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and (population) std across curves, truncated to the shortest.
+
+    >>> m, s = mean_band([[0.0, 1.0, 5.0], [2.0, 3.0]])
+    >>> m.tolist(), s.tolist()
+    ([1.0, 2.0], [1.0, 1.0])
+    """
+    n = min(len(c) for c in curves)
+    arr = np.asarray([list(c)[:n] for c in curves], dtype=np.float64)   # (S, n)
+    return arr.mean(0), arr.std(0)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_r1_vs_cd(results: Mapping, rows: Sequence[Row], path: str | Path, *, metric: str = "R@1") -> None:
+    """COMPOSER Figure 4: ``metric`` on each window against its compound divergence, one line per model."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    drawn = 0
+    for k, row in enumerate(rows):
+        points = [p for p in window_series(results, row.run, metric) if p.cell.mean is not None]
+        if not points:
+            continue
+        x = [p.compound_divergence for p in points]
+        y = [p.cell.mean for p in points]
+        err = [p.cell.std or 0.0 for p in points]
+        ax.errorbar(x, y, yerr=err, marker="o", ms=4, lw=1.4, capsize=3, color=f"C{k}", label=row.label)
+        drawn += 1
+    chance = [p.cell.mean for row in rows for p in window_series(results, row.run, "chance_R@1")
+              if p.cell.mean is not None]
+    if chance and metric == "R@1":
+        ax.axhline(float(np.mean(chance)), color="0.5", lw=0.8, ls=":", label="chance")
+    if not drawn:
+        ax.text(0.5, 0.5, "no window results", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("compound divergence of the evaluation split")
+    ax.set_ylabel(f"sentence-to-image {metric} (%)")
+    ax.set_title("R@1 across compound divergence (COMPOSER Fig. 4)")
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_il_loss(curves: Sequence[Mapping], path: str | Path, *, key: str = "contrastive") -> None:
+    """IL-CLIP Figure 3: the ``key`` loss against the step for each seed; spawns as vertical lines.
+
+    Steps of the distillation phases have no contrastive loss (only the distillation loss trains), so
+    they are left as gaps.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    spawns: set[int] = set()
+    for k, curve in enumerate(curves):
+        steps = np.asarray(curve["step"], dtype=np.float64)
+        values = np.asarray([np.nan if v is None else v for v in curve.get(key) or curve["loss"]], dtype=np.float64)
+        phase = curve.get("phase")
+        if phase is not None:  # distillation (phase 1) trains another loss: leave a gap
+            values = np.where(np.asarray([p == 1 for p in phase]), np.nan, values)
+        ax.plot(steps, values, lw=1.0, color=f"C{k}", alpha=0.85, label=f"seed {curve.get('seed', k)}",
+                marker="o" if len(steps) < 60 else None, ms=3)
+        if curve.get("generation"):
+            spawns.update(generation_starts(curve["step"], curve["generation"]))
+    for s in sorted(spawns):
+        ax.axvline(s, color="0.5", lw=0.8, ls="--")
+    if not curves:
+        ax.text(0.5, 0.5, "no IL-CLIP training curve", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("training step (dashed: a new language agent is spawned)")
+    ax.set_ylabel(f"{key} loss")
+    ax.set_title("IL-CLIP training loss across generations (IL-CLIP Fig. 3)")
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_probe(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Path) -> None:
+    """IL-CLIP Figure 4: the probe's in-batch accuracy against its steps, mean over seeds +- std."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for k, (label, runs) in enumerate(curves.items()):
+        mean, std = mean_band(runs)
+        x = np.arange(1, len(mean) + 1)
+        ax.plot(x, mean, lw=1.5, color=f"C{k}", label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
+        if len(runs) > 1:
+            ax.fill_between(x, mean - std, mean + std, color=f"C{k}", alpha=0.2)
+    if not curves:
+        ax.text(0.5, 0.5, "no probe results", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("probe step (new language agent, frozen vision agent and codebook)")
+    ax.set_ylabel("in-batch image-to-text accuracy")
+    ax.set_title("Easy to learn (IL-CLIP Fig. 4)")
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,268 @@
+"""The study: table builders on hand-made results, the pair-scoring driver against full cross-scoring,
+pruned CRGs, and experiments/run_study.py end to end (smoke profile) with its resume."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from composer.study_config import PROFILES, RUNS, il_overrides, study_runs
+from composer.study_plots import generation_starts, mean_band, probe_curves
+from composer.study_tables import (
+    FIGURE4_ROWS,
+    TABLES,
+    Column,
+    Row,
+    TableSpec,
+    format_cell,
+    render_all,
+    render_table,
+    render_window_table,
+    seed_values,
+    summarize,
+    table_cells,
+    window_series,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------- tables on hand-made results
+def _results(per_run: dict) -> dict:
+    """``{run: {seed: result}}`` -> the results.json layout."""
+    return {"runs": {run: {"label": run, "model": run, "seeds": {str(s): r for s, r in seeds.items()}}
+                     for run, seeds in per_run.items()}}
+
+
+def test_cells_are_mean_and_sample_std_over_the_seeds_that_have_the_value():
+    res = _results({"a": {0: {"test": {"R@1": 50.0}}, 1: {"test": {"R@1": 54.0}}, 2: {"test": {"R@1": 61.0}},
+                          3: {"test": {}}}})
+    cell = summarize(seed_values(res, "a", ("test", "R@1")))
+    assert cell.n == 3  # seed 3 has no R@1
+    assert cell.mean == pytest.approx(np.mean([50, 54, 61]))
+    assert cell.std == pytest.approx(np.std([50, 54, 61], ddof=1))
+    assert format_cell(cell) == f"{np.mean([50, 54, 61]):.1f} ± {np.std([50, 54, 61], ddof=1):.1f}"
+    assert format_cell(summarize([])) == "–"
+    assert format_cell(summarize([7.25]), digits=2) == "7.25"  # one seed: no spread shown
+    assert summarize([float("nan"), 2.0]).n == 1  # a non-finite value is not averaged in
+
+
+def test_every_paper_table_has_one_cell_per_row_and_column_and_missing_runs_show_as_dashes():
+    one = {"test": {"R@1": 10.0, "R@5": 30.0, "R@10": 40.0}, "mcd": {"R@1": 5.0, "R@5": 20.0, "R@10": 25.0}}
+    res = _results({"composer": {0: one, 1: {**one, "test": {"R@1": 12.0, "R@5": 30.0, "R@10": 40.0}}}})
+    for spec in TABLES:
+        cells = table_cells(spec, res)
+        assert len(cells) == len(spec.rows) and all(len(r) == len(spec.columns) for r in cells), spec.key
+        text = render_table(spec, res)
+        lines = [line for line in text.splitlines() if line.startswith("|")]
+        assert len(lines) == 2 + len(spec.rows), spec.key  # header, rule, one line per row
+        widths = {line.count("|") for line in lines}
+        assert len(widths) == 1, f"{spec.key}: ragged table"
+        for row, line in zip(spec.rows, lines[2:]):
+            seeds = line.rstrip(" |").rsplit("|", 1)[1].strip()
+            assert seeds == ("2" if row.run == "composer" else "0")
+            if row.run != "composer":
+                assert "–" in line
+    table2 = render_table(next(s for s in TABLES if s.key == "composer_table2"), res)
+    assert "| COMPOSER | 11.0 ± 1.4 | 30.0 ± 0.0 |" in table2
+    assert set(render_all(res)) >= {s.key for s in TABLES} | {"composer_figure4", "timings"}
+
+
+def test_value_and_millions_columns_and_grouped_rows():
+    spec = TableSpec("t", "T", (Row("x", "a", "G1"), Row("y", "b", "G1"), Row("z", "a", "G2")),
+                     (Column("CT", ("config", "ct"), "value"), Column("# params", ("n",), "millions"),
+                      Column("R@1", ("r",))))
+    res = _results({"a": {0: {"config": {"ct": 3}, "n": 2_500_000, "r": 1.0}, 1: {"config": {"ct": 3}, "n": 2_500_000}},
+                    "b": {0: {"config": {"ct": 5}, "n": 1_000_000, "r": 2.0}}})
+    lines = [line for line in render_table(spec, res).splitlines() if line.startswith("|")]
+    assert lines[2].split("|")[1:6] == [" G1 ", " x ", " 3 ", " 2.5M ", " 1.0 "]
+    assert lines[3].split("|")[1:3] == ["  ", " y "]  # the group is named once
+    assert lines[4].split("|")[1] == " G2 "
+    assert format_cell(summarize([1, 3]), "value") == "1/3"  # seeds that disagree on a setting say so
+    with pytest.raises(ValueError, match="kind"):
+        Column("x", ("x",), "median")
+
+
+def test_window_series_matches_windows_across_seeds_and_the_figure4_table_has_a_line_per_window():
+    w = lambda cd, r1: {"compound_divergence": cd, "R@1": r1, "chance_R@1": 2.5}
+    res = _results({"composer": {0: {"windows": [w(0.2, 10.0), w(0.1, 30.0)]},
+                                 1: {"windows": [w(0.1, 20.0), w(0.2, 14.0), w(0.3, 1.0)]}},
+                    "flat": {0: {"windows": [w(0.1, 5.0)]}}})
+    series = window_series(res, "composer")
+    assert [p.compound_divergence for p in series] == [0.1, 0.2, 0.3]
+    assert [p.cell.mean for p in series] == [25.0, 12.0, 1.0] and [p.cell.n for p in series] == [2, 2, 1]
+    lines = [line for line in render_window_table(res, FIGURE4_ROWS).splitlines() if line.startswith("|")]
+    assert len(lines) == 2 + 3 and lines[2].startswith("| 0.100 | 25.0 ± 7.1 | 5.0 |")
+    assert "–" in lines[3]  # flat has no window at 0.2
+
+
+def test_plot_data_extraction():
+    assert generation_starts([0, 10, 20, 30], [0.0, 1.0, 1.0, 2.0]) == [10, 30]
+    mean, std = mean_band([[1.0, 2.0, 3.0], [3.0, 4.0]])
+    assert mean.tolist() == [2.0, 3.0] and std.tolist() == [1.0, 1.0]
+    res = _results({"il_clip": {0: {"probe": {"accuracy": [0.1, 0.3]}}, 1: {"probe": {"accuracy": [0.2, 0.4]}}}})
+    assert probe_curves(res, [Row("IL", "il_clip"), Row("CB", "codebook_clip")]) == {"IL": [[0.1, 0.3], [0.2, 0.4]]}
+
+
+def test_profiles_and_runs_are_consistent():
+    names = [r.name for r in RUNS]
+    assert len(names) == len(set(names))
+    table_runs = {row.run for spec in TABLES for row in spec.rows}
+    assert table_runs <= set(names), table_runs - set(names)
+    assert set(PROFILES["smoke"].runs) == set(names) == set(PROFILES["gpu"].runs)
+    for profile in PROFILES.values():
+        base = il_overrides(profile, next(r for r in RUNS if r.name == "il_clip"))
+        total = lambda o: o["t_warm"] + o["generations"] * (o["t_distill"] + o["t_interact"]) + o["t_extend"]
+        for run in study_runs(profile):
+            if run.model == "il_clip":  # Table 4's cycles keep the total number of steps
+                assert total(il_overrides(profile, run)) == total(base), (profile.name, run.name)
+    with pytest.raises(ValueError, match="unknown runs"):
+        study_runs(PROFILES["cpu"], ["composer", "bert"])
+
+
+# ---------------------------------------------------------------------------- a tiny world for the rest
+@pytest.fixture(scope="module")
+def world_env(tmp_path_factory):
+    """A generated 80-image world (the smoke profile's) under its own data and cache directories."""
+    root = tmp_path_factory.mktemp("study")
+    env = {"GC_DATA_DIR": str(root / "data"), "GC_CACHE_DIR": str(root / "cache")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from features.catalog import resolve_dataset
+
+    spec = resolve_dataset("world", world_images=PROFILES["smoke"].world_images, progress=False)
+    yield root, env, spec
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_pair_scoring_agrees_with_full_cross_scoring(world_env):
+    from composer.config import composer_config
+    from composer.eval_data import load_eval_data
+    from composer.model import Composer
+    from composer.program import ConceptProgram
+    from composer.retrieval import score_matrix
+    from composer.study_eval import programs_for_texts, score_text_image_pairs
+
+    data = load_eval_data("world", split="test", eval_images=5, max_regions=6, world_images=80)
+    torch.manual_seed(0)
+    model = Composer(composer_config("tiny", visual={"region_dim": data.regions.shape[-1]}), load_pretrained=False).eval()
+    tok = model.make_tokenizer()
+    captions = data.captions[:7]
+    texts = [data.graph.caption_texts[c] for c in captions]
+    full = score_matrix(model, data.regions, data.geometry, data.region_mask,
+                        [ConceptProgram.from_graph(data.graph, c) for c in captions], tok).scores   # (7, 5)
+    pairs = [(im, t) for t in texts for im in reversed(data.image_ids)]
+    programs = programs_for_texts(texts)
+    assert all(programs[t] is not None for t in texts)
+    got = score_text_image_pairs(model, tok, pairs, programs, data.store, max_regions=6, max_pairs=6)
+    want = [full[texts.index(t), data.image_ids.index(im)] for im, t in pairs]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="no program"):
+        score_text_image_pairs(model, tok, [(data.image_ids[0], "unparsed text")], programs, data.store, max_regions=6)
+
+
+def test_pruned_crg_is_cached_under_its_own_key_and_deterministic(world_env):
+    from crg.graph_cache import get_or_build_graph
+
+    _, _, spec = world_env
+    plain, _ = get_or_build_graph(spec.captions, ["test"], progress=False)
+    pruned, hit = get_or_build_graph(spec.captions, ["test"], progress=False, prune_probability=0.5, prune_seed=3)
+    again, hit_again = get_or_build_graph(spec.captions, ["test"], progress=False, prune_probability=0.5, prune_seed=3)
+    assert not hit and hit_again and pruned.meta["prune"] == {"probability": 0.5, "seed": 3}
+    assert list(pruned.concept_texts) == list(again.concept_texts)
+    assert pruned.num_captions == plain.num_captions  # the same captions, with less structure
+    assert list(pruned.predicate_templates) != list(plain.predicate_templates)
+    assert "prune" not in plain.meta and get_or_build_graph(spec.captions, ["test"], progress=False)[1]
+
+
+# ---------------------------------------------------------------------------- end to end
+EXPECTED = (["results.json", "tables.md", "study.json", "data/study_data.json", "data/hard_negatives.json",
+             "data/mcd/eval.jsonl", "data/mcd/report.json", "data/mcd/divergence_along_ranking.png"]
+            + [f"tables/{key}.md" for key in [s.key for s in TABLES] + ["composer_figure4", "timings"]]
+            + ["plots/composer_figure4_r1_vs_cd.png", "plots/il_clip_loss_generations.png",
+               "plots/il_clip_easy_to_learn.png"])
+
+
+@pytest.fixture()
+def run_study(caplog):
+    """experiments/run_study.py's ``main``, in this process (its imports are paid once); returns the
+    study's log lines. The library log levels it lowers are restored afterwards."""
+    import importlib.util
+    import logging
+
+    spec = importlib.util.spec_from_file_location("run_study", ROOT / "experiments" / "run_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    levels = {n: logging.getLogger(n).level for n in module.QUIET_LOGGERS}
+
+    def call(*argv: str, code: int = 0) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="run_study"):
+            assert module.main(list(argv)) == code
+        return [r.getMessage() for r in caplog.records if r.name == "run_study"]
+
+    yield module, call
+    for n, level in levels.items():
+        logging.getLogger(n).setLevel(level)
+
+
+def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(world_env, run_study, monkeypatch):
+    root, _, _ = world_env
+    module, call = run_study
+    out = root / "smoke_study"
+    args = ("--data", "world", "--out", str(out), "--profile", "smoke")
+    log = call(*args)
+    for rel in EXPECTED:
+        assert (out / rel).is_file() and (out / rel).stat().st_size > 0, rel
+    results = json.loads((out / "results.json").read_text())
+    study = results["study"]
+    assert study["complete"] and study["seeds"] == [0] and study["git"] and study["hardware"]
+    assert set(results["runs"]) == set(PROFILES["smoke"].runs)
+    for name, entry in results["runs"].items():
+        r = entry["seeds"]["0"]
+        assert r["steps"] >= 1 and r["train_seconds"] >= 0 and "R@1" in r["test"], name
+    composer = results["runs"]["composer"]["seeds"]["0"]
+    assert {"mcd", "windows", "phrase", "hard_negatives"} <= set(composer)
+    assert len(composer["windows"]) >= 1 and composer["hard_negatives"]["counts"]["items"] > 0
+    assert results["runs"]["il_clip"]["seeds"]["0"]["probe"]["accuracy"]
+    assert "generation" in results["runs"]["il_clip"]["seeds"]["0"]["train_curve"]
+    assert results["runs"]["composer_prune50"]["seeds"]["0"]["config"]["data"]["prune_probability"] == 0.5
+    assert "### COMPOSER Table 7" in (out / "tables.md").read_text()
+    assert sum(": training" in line for line in log) == len(PROFILES["smoke"].runs)
+
+    # a run that fails is recorded and the study goes on (exit code 1)
+    before = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/seed0/result.json")}
+    (out / "runs" / "vse" / "seed0" / "result.json").unlink()
+    real = module.train_and_evaluate
+
+    def broken(run, *a, **k):
+        if run.name == "vse":
+            raise FloatingPointError("non-finite loss (injected)")
+        return real(run, *a, **k)
+
+    monkeypatch.setattr(module, "train_and_evaluate", broken)
+    call(*args, code=1)
+    study = json.loads((out / "results.json").read_text())["study"]
+    assert not study["complete"] and "injected" in study["failed"]["vse seed 0"]
+    assert "FloatingPointError" in (out / "runs" / "vse" / "seed0" / "error.txt").read_text()
+    assert "vse" not in json.loads((out / "results.json").read_text())["runs"]
+    monkeypatch.setattr(module, "train_and_evaluate", real)
+
+    # resume: finished runs are skipped; a run without its result.json (killed or failed) trains again
+    log = call(*args)
+    assert [line for line in log if ": training" in line] == [next(l for l in log if "vse seed 0: training" in l)]
+    assert sum("done before, skipped" in line for line in log) == len(PROFILES["smoke"].runs) - 1
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items() if p.parent.parent.name != "vse")
+    assert json.loads((out / "results.json").read_text())["study"]["complete"]
+    assert not (out / "runs" / "vse" / "seed0" / "error.txt").exists()
+    with pytest.raises(SystemExit, match="other settings"):  # another profile in the same directory is refused
+        module.check_study_dir(out, PROFILES["cpu"], "world")
