@@ -19,7 +19,6 @@ import argparse
 import json
 import logging
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import lightning as L  # noqa: E402
-import torch  # noqa: E402
-from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 
 from composer.data import CompositionDataModule, DataConfig  # noqa: E402
 from composer.lightning_module import OptimConfig, RetrievalModule  # noqa: E402
-from experiments.train_composer import add_training_arguments, git_sha  # noqa: E402
+from experiments.train_composer import (  # noqa: E402
+    add_training_arguments,
+    fit_and_report,
+    git_sha,
+    training_precision,
+)
 
 logger = logging.getLogger("train_baseline")
 
@@ -215,37 +216,14 @@ def main(argv=None) -> int:
     module = build_module(spec, model_cfg)
     dm.tokenizer = module.tokenizer
 
-    gpu = torch.cuda.is_available() and args.accelerator in ("auto", "gpu", "cuda")
-    precision = args.precision or ("bf16-mixed" if gpu else "32-true")
-    ckpt = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, every_n_train_steps=args.ckpt_every_n_steps,
-                           save_top_k=1, monitor=None)
     max_epochs, max_steps = spec.optim.epochs, args.max_steps
     if spec.il is not None:  # the CLIP family: the schedule's steps, however many epochs they take
         max_epochs, max_steps = -1, args.max_steps if args.max_steps > 0 else spec.il.total_steps
-    trainer = L.Trainer(
-        default_root_dir=out, max_epochs=max_epochs, max_steps=max_steps, accelerator=args.accelerator,
-        devices=args.devices, num_nodes=args.num_nodes, precision=precision,
-        strategy="ddp" if gpu and torch.cuda.device_count() > 1 else "auto",
-        logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")], callbacks=[ckpt],
-        enable_progress_bar=not args.quiet, deterministic=args.deterministic, num_sanity_val_steps=0,
-        gradient_clip_val=spec.optim.grad_clip or None, log_every_n_steps=10)
-    started = time.perf_counter()
-    last = out / "checkpoints" / "last.ckpt"
-    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if args.resume and last.exists() else None)
-    train_seconds = time.perf_counter() - started
     results = {"model": spec.model,
                "config": {"model": json.loads(json.dumps(asdict(model_cfg))), "optim": asdict(spec.optim),
-                          "data": asdict(spec.data), "precision": precision, **spec.module_kwargs,
-                          **({"il": asdict(spec.il)} if spec.il is not None else {})},
-               "train_seconds": round(train_seconds, 1), "git": git_sha(),
-               "hardware": torch.cuda.get_device_name(0) if gpu else f"CPU ({torch.get_num_threads()} threads)"}
-    if not args.no_test:
-        trainer.test(module, datamodule=dm)
-        results["test"] = module.results.get("test")
-    if "val" in module.results:
-        results["val"] = module.results["val"]
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: results[k] for k in ("test", "val") if k in results}, indent=2))
+                          "data": asdict(spec.data), "precision": training_precision(args), **spec.module_kwargs,
+                          **({"il": asdict(spec.il)} if spec.il is not None else {})}}
+    fit_and_report(module, dm, args, out, max_epochs=max_epochs, max_steps=max_steps, results=results)
     return 0
 
 

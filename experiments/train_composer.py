@@ -116,6 +116,46 @@ def git_sha() -> str:
         return "unknown"
 
 
+def _use_gpu(args) -> bool:
+    return torch.cuda.is_available() and args.accelerator in ("auto", "gpu", "cuda")
+
+
+def training_precision(args) -> str:
+    """``--precision``, else bf16 on a GPU (the paper's setting on current hardware) and fp32 on CPU."""
+    return args.precision or ("bf16-mixed" if _use_gpu(args) else "32-true")
+
+
+def fit_and_report(module: L.LightningModule, dm: CompositionDataModule, args, out: Path, *, max_epochs: int,
+                   max_steps: int, results: dict) -> None:
+    """Fit with checkpoints, CSV + TensorBoard logs and ``--resume``; test; write ``OUT/results.json``.
+
+    Shared by every training script (``add_training_arguments`` gives ``args`` its options).
+    ``results`` holds the run's own keys (its config); timing, git, hardware, val and test are added.
+    """
+    gpu = _use_gpu(args)
+    ckpt = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, every_n_train_steps=args.ckpt_every_n_steps,
+                           save_top_k=1, monitor=None)
+    trainer = L.Trainer(
+        default_root_dir=out, max_epochs=max_epochs, max_steps=max_steps, accelerator=args.accelerator,
+        devices=args.devices, num_nodes=args.num_nodes, precision=training_precision(args),
+        strategy="ddp" if gpu and torch.cuda.device_count() > 1 else "auto",
+        logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")], callbacks=[ckpt],
+        enable_progress_bar=not args.quiet, deterministic=args.deterministic, num_sanity_val_steps=0,
+        gradient_clip_val=module.optim.grad_clip or None, log_every_n_steps=10)
+    started = time.perf_counter()
+    last = out / "checkpoints" / "last.ckpt"
+    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if args.resume and last.exists() else None)
+    results.update({"train_seconds": round(time.perf_counter() - started, 1), "git": git_sha(),
+                    "hardware": torch.cuda.get_device_name(0) if gpu else f"CPU ({torch.get_num_threads()} threads)"})
+    if not args.no_test:
+        trainer.test(module, datamodule=dm)
+        results["test"] = module.results.get("test")
+    if "val" in module.results:
+        results["val"] = module.results["val"]
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps({k: results[k] for k in ("test", "val") if k in results}, indent=2))
+
+
 def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -136,32 +176,10 @@ def main(argv=None) -> int:
     module = ComposerModule(model_cfg, optim, seed=args.seed)
     dm.tokenizer = module.tokenizer
 
-    gpu = torch.cuda.is_available() and args.accelerator in ("auto", "gpu", "cuda")
-    precision = args.precision or ("bf16-mixed" if gpu else "32-true")
-    ckpt = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, every_n_train_steps=args.ckpt_every_n_steps,
-                           save_top_k=1, monitor=None)
-    trainer = L.Trainer(
-        default_root_dir=out, max_epochs=optim.epochs, max_steps=args.max_steps, accelerator=args.accelerator,
-        devices=args.devices, num_nodes=args.num_nodes, precision=precision,
-        strategy="ddp" if gpu and torch.cuda.device_count() > 1 else "auto",
-        logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")], callbacks=[ckpt],
-        enable_progress_bar=not args.quiet, deterministic=args.deterministic, num_sanity_val_steps=0,
-        gradient_clip_val=optim.grad_clip or None, log_every_n_steps=10)
-    started = time.perf_counter()
-    last = out / "checkpoints" / "last.ckpt"
-    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if args.resume and last.exists() else None)
-    train_seconds = time.perf_counter() - started
+    precision = training_precision(args)
     results = {"config": {"model": json.loads(json.dumps(asdict(model_cfg))), "optim": asdict(optim),
-                          "data": asdict(data_cfg), "precision": precision},
-               "train_seconds": round(train_seconds, 1), "git": git_sha(),
-               "hardware": torch.cuda.get_device_name(0) if gpu else f"CPU ({torch.get_num_threads()} threads)"}
-    if not args.no_test:
-        trainer.test(module, datamodule=dm)
-        results["test"] = module.results.get("test")
-    if "val" in module.results:
-        results["val"] = module.results["val"]
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: results[k] for k in ("test", "val") if k in results}, indent=2))
+                          "data": asdict(data_cfg), "precision": precision}}
+    fit_and_report(module, dm, args, out, max_epochs=optim.epochs, max_steps=args.max_steps, results=results)
     return 0
 
 
