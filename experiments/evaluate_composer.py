@@ -76,19 +76,25 @@ def build_argparser() -> argparse.ArgumentParser:
     return ap
 
 
-def load(args, device: str):
-    """The checkpoint's model and the evaluation set, from the shared arguments."""
-    loaded = load_composer(args.checkpoint, map_location=device)
-    max_regions = args.max_regions or (loaded.run_data or {}).get("max_regions") or 100
-    data = load_eval_data(args.data, split=args.split, captions=args.captions, features=args.features,
-                          eval_images=args.eval_images, max_regions=max_regions, world_images=args.world_images,
-                          world_dir=args.world_dir, parser=args.parser, parser_model=args.parser_model,
-                          device=device, progress=not args.quiet)
+def load(args):
+    """The checkpoint's model (on ``--device``, in eval mode), the evaluation set, its regions per image and
+    the device, from the shared arguments; a missing file exits with its message."""
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        loaded = load_composer(args.checkpoint, map_location=device)
+        max_regions = args.max_regions or (loaded.run_data or {}).get("max_regions") or 100
+        data = load_eval_data(args.data, split=args.split, captions=args.captions, features=args.features,
+                              eval_images=args.eval_images, max_regions=max_regions, world_images=args.world_images,
+                              world_dir=args.world_dir, parser=args.parser, parser_model=args.parser_model,
+                              device=device, progress=not args.quiet)
+    except FileNotFoundError as err:
+        raise SystemExit(f"error: {err}") from None
     region_dim = loaded.config.visual.region_dim
     if data.regions.shape[-1] != region_dim:
         raise ValueError(f"the model takes {region_dim}-d region features, the store gives "
                          f"{data.regions.shape[-1]}-d: use the feature store it was trained with")
-    return loaded, data, max_regions
+    loaded.model.to(device).eval()
+    return loaded, data, max_regions, device
 
 
 def main(argv=None) -> int:
@@ -97,12 +103,8 @@ def main(argv=None) -> int:
     if args.save_scores and args.no_sentences:
         ap.error("--save-scores writes the sentence scores: drop --no-sentences")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        loaded, data, max_regions = load(args, device)
-    except FileNotFoundError as err:
-        raise SystemExit(f"error: {err}") from None
-    model, tokenizer = loaded.model.to(device).eval(), loaded.model.make_tokenizer()
+    loaded, data, max_regions, device = load(args)
+    model, tokenizer = loaded.model, loaded.model.make_tokenizer()
     trained_on = (loaded.run_data or {}).get("data")
     results: dict = {
         "checkpoint": str(loaded.path), "epoch": loaded.epoch, "global_step": loaded.global_step,

@@ -78,12 +78,8 @@ def regions_of(data, image_ids: list[str]):
 def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        loaded, data, _ = load(args, device)
-    except FileNotFoundError as err:
-        raise SystemExit(f"error: {err}") from None
-    model, tokenizer = loaded.model.to(device).eval(), loaded.model.make_tokenizer()
+    loaded, data, _, _ = load(args)
+    model, tokenizer = loaded.model, loaded.model.make_tokenizer()
     program, caption, own_image = caption_program(args, data)
     image = args.image or own_image
     if image is None:
