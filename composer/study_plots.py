@@ -86,6 +86,21 @@ def _pyplot():
     return plt
 
 
+def _finish(plt, fig, ax, path: str | Path, *, xlabel: str, ylabel: str, title: str, empty: str | None) -> None:
+    """Label, grid and save a study plot; ``empty``: the message drawn instead of a legend when nothing was."""
+    if empty:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if not empty:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_r1_vs_cd(results: Mapping, rows: Sequence[Row], path: str | Path, *, metric: str = "R@1") -> None:
     """COMPOSER Figure 4: ``metric`` on each window against its compound divergence, one line per model."""
     plt = _pyplot()
@@ -104,17 +119,9 @@ def plot_r1_vs_cd(results: Mapping, rows: Sequence[Row], path: str | Path, *, me
               if p.cell.mean is not None]
     if chance and metric == "R@1":
         ax.axhline(float(np.mean(chance)), color="0.5", lw=0.8, ls=":", label="chance")
-    if not drawn:
-        ax.text(0.5, 0.5, "no window results", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("compound divergence of the evaluation split")
-    ax.set_ylabel(f"sentence-to-image {metric} (%)")
-    ax.set_title("R@1 across compound divergence (COMPOSER Fig. 4)")
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(plt, fig, ax, path, xlabel="compound divergence of the evaluation split",
+            ylabel=f"sentence-to-image {metric} (%)", title="R@1 across compound divergence (COMPOSER Fig. 4)",
+            empty=None if drawn else "no window results")
 
 
 def plot_il_loss(curves: Sequence[Mapping], path: str | Path, *, key: str = "contrastive") -> None:
@@ -138,17 +145,9 @@ def plot_il_loss(curves: Sequence[Mapping], path: str | Path, *, key: str = "con
             spawns.update(generation_starts(curve["step"], curve["generation"]))
     for s in sorted(spawns):
         ax.axvline(s, color="0.5", lw=0.8, ls="--")
-    if not curves:
-        ax.text(0.5, 0.5, "no IL-CLIP training curve", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("training step (dashed: a new language agent is spawned)")
-    ax.set_ylabel(f"{key} loss")
-    ax.set_title("IL-CLIP training loss across generations (IL-CLIP Fig. 3)")
-    ax.grid(alpha=0.3)
-    if curves:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(plt, fig, ax, path, xlabel="training step (dashed: a new language agent is spawned)",
+            ylabel=f"{key} loss", title="IL-CLIP training loss across generations (IL-CLIP Fig. 3)",
+            empty=None if curves else "no IL-CLIP training curve")
 
 
 def plot_probe(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Path) -> None:
@@ -161,14 +160,6 @@ def plot_probe(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Path
         ax.plot(x, mean, lw=1.5, color=f"C{k}", label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
         if len(runs) > 1:
             ax.fill_between(x, mean - std, mean + std, color=f"C{k}", alpha=0.2)
-    if not curves:
-        ax.text(0.5, 0.5, "no probe results", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("probe step (new language agent, frozen vision agent and codebook)")
-    ax.set_ylabel("in-batch image-to-text accuracy")
-    ax.set_title("Easy to learn (IL-CLIP Fig. 4)")
-    ax.grid(alpha=0.3)
-    if curves:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(plt, fig, ax, path, xlabel="probe step (new language agent, frozen vision agent and codebook)",
+            ylabel="in-batch image-to-text accuracy", title="Easy to learn (IL-CLIP Fig. 4)",
+            empty=None if curves else "no probe results")
