@@ -29,6 +29,7 @@ import lightning as L  # noqa: E402
 
 from composer.data import CompositionDataModule, DataConfig  # noqa: E402
 from composer.lightning_module import OptimConfig, RetrievalModule  # noqa: E402
+from experiments.train_composer import NAMED as COMPOSER_NAMED  # noqa: E402
 from experiments.train_composer import (  # noqa: E402
     add_training_arguments,
     fit_and_report,
@@ -55,8 +56,7 @@ NAMED: dict[str, dict[str, dict[str, Any]]] = {
         "coco": {"preset": "paper"},
     },
     "flat": {  # COMPOSER's world settings: the two cross-attention models compare like for like
-        "world": {**_WORLD_DATA, "preset": "small", "batch_size": 32, "epochs": 4, "lr": 3e-4,
-                  "warmup_epochs": 0.5, "decay_epochs": (3,)},
+        "world": {**_WORLD_DATA, **COMPOSER_NAMED["world"]},
         "f30k": {"preset": "paper"},   # COMPOSER's width and depth (PT 6 + CT 5), flat
         "coco": {"preset": "paper"},
     },
@@ -161,7 +161,7 @@ def resolve(args) -> RunSpec:
                       eval_images=pick("eval_images", 1000), num_workers=args.num_workers,
                       world_images=pick("world_images", 4000))
     optim = OptimConfig(lr=pick("lr", 4e-5), epochs=pick("epochs", 20), warmup_epochs=named.get("warmup_epochs", 2.0),
-                        decay_epochs=tuple(named.get("decay_epochs", (10, 15))),
+                        decay_epochs=tuple(named.get("decay_epochs", (10, 15))), grad_clip=pick("grad_clip", 0.0),
                         use_mvsa=args.model == "flat" and args.mvsa, use_order=False)
     return RunSpec(args.model, preset, overrides, optim, data, kwargs, il)
 
