@@ -215,6 +215,8 @@ class StudyProfile:
         log_every_n_steps: training-curve resolution (the IL-CLIP loss figure).
         runs: run names (:data:`RUNS`) in the order they train.
         seeds: default seeds.
+        ablation_seeds: the ablation runs (not in :data:`MODELS`) train on the first this many seeds; None =
+            every seed. The main models always get every seed.
         full_eval: every evaluation for every run (else each run's ``evals``).
         num_workers: DataLoader workers.
         jobs: runs trained at a time (worker processes sharing the cores); ``--jobs`` overrides it.
@@ -240,6 +242,7 @@ class StudyProfile:
     max_pairs: int = 4096
     log_every_n_steps: int = 1
     seeds: tuple[int, ...] = (0, 1, 2)
+    ablation_seeds: int | None = None
     full_eval: bool = False
     num_workers: int = 0
     jobs: int = 1
@@ -261,6 +264,17 @@ class StudyProfile:
 
     def evals_for(self, run: StudyRun) -> tuple[str, ...]:
         return EVALS if self.full_eval else run.evals
+
+    def seeds_for(self, run: StudyRun, seeds: list[int] | tuple[int, ...]) -> list[int]:
+        """The seeds ``run`` trains on, of the study's ``seeds``.
+
+        >>> p = get_profile("cpu", seeds=(0, 1, 2))
+        >>> p.seeds_for(_BY_NAME["composer"], p.seeds), p.seeds_for(_BY_NAME["composer_ct1"], p.seeds)
+        ([0, 1, 2], [0])
+        """
+        if run.name in MODELS or self.ablation_seeds is None:
+            return list(seeds)
+        return list(seeds)[:self.ablation_seeds]
 
 
 def schedule_for(profile: StudyProfile, model: str) -> Schedule:
@@ -310,11 +324,14 @@ _SMOKE = StudyProfile(
 # docs/evaluation.md, "Running the study"): two runs at a time, one core each.
 _CPU = StudyProfile(
     name="cpu", world_images=3000,
-    schedules={"composer": Schedule(steps=100), "vse": Schedule(steps=150, warmup_fraction=0.1, decay_fractions=())},
+    # COMPOSER and the flat model: 300 steps at the world's batch 32 and 5e-4 (0.8 epoch; COMPOSER leaves
+    # chance after ~150 steps, docs/composer.md "Learning from scratch"); ablations on one seed
+    schedules={"composer": Schedule(steps=300, warmup_fraction=0.2),
+               "vse": Schedule(steps=150, warmup_fraction=0.1, decay_fractions=())},
     # 40 + 2 x (10 + 40) + 30 = 170 steps at batch 64: the small preset's 6:1:5:6 proportions, shortened
     il={"t_warm": 40, "t_distill": 10, "t_interact": 40, "generations": 2, "t_extend": 30, "lr_warmup_steps": 10},
     eval_images=30, mcd_images=30, num_windows=3, phrases_per_caption=2, hn_images=20, hn_per_type=1,
-    hn_distractors=3, probe_steps=20, runs=_COMPOSER_TABLES, jobs=2)
+    hn_distractors=3, probe_steps=20, runs=_COMPOSER_TABLES, ablation_seeds=1, jobs=2)
 
 _GPU = StudyProfile(
     name="gpu", world_images=10000, max_regions=14,
@@ -333,8 +350,9 @@ _GPU = StudyProfile(
 
 PROFILES: dict[str, StudyProfile] = {p.name: p for p in (_SMOKE, _CPU, _GPU)}
 
-CPU_BUDGET_NOTE = ("cpu profile: 17 runs x 3 seeds on the 3,000-image world, two at a time; COMPOSER and the flat "
-                   "model 100 steps at batch 32, VSE 150 steps at batch 64, the CLIP family 170 steps at batch 64; "
+CPU_BUDGET_NOTE = ("cpu profile: 6 main models x 3 seeds and 11 COMPOSER ablations x 1 seed on the 3,000-image "
+                   "world, two at a time; COMPOSER and the flat model 300 steps at batch 32, VSE 150 steps at "
+                   "batch 64, the CLIP family 170 steps at batch 64; "
                    "30-image evaluation sets (150 captions), 3 compound-divergence windows")
 
 

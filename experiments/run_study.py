@@ -472,7 +472,7 @@ def spawn_workers(jobs: int, argv: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------- aggregation
-def collect(out: Path, runs: list[StudyRun], seeds: list[int]) -> tuple[dict, list, dict]:
+def collect(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: list[int]) -> tuple[dict, list, dict]:
     """Every finished run result under ``out/runs`` (also of runs and seeds not asked for this time), the
     (run, seed) pairs asked for that have none, and the failed ones' last error line."""
     found: dict = {}
@@ -480,7 +480,8 @@ def collect(out: Path, runs: list[StudyRun], seeds: list[int]) -> tuple[dict, li
         r = json.loads(path.read_text())
         entry = found.setdefault(r["run"], {"label": r["label"], "model": r["model"], "seeds": {}})
         entry["seeds"][str(r["seed"])] = r
-    missing = [(r.name, s) for s in seeds for r in runs if str(s) not in found.get(r.name, {}).get("seeds", {})]
+    missing = [(r.name, s) for s in seeds for r in runs
+               if s in profile.seeds_for(r, seeds) and str(s) not in found.get(r.name, {}).get("seeds", {})]
     failed = {}
     for name, s in missing:
         error = out / "runs" / name / f"seed{s}" / "error.txt"
@@ -498,7 +499,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
     from composer.study_tables import FIGURE4_ROWS, Row, render_all
     from experiments.train_composer import git_sha
 
-    found, missing, failed = collect(out, runs, seeds)
+    found, missing, failed = collect(out, profile, runs, seeds)
     previous = {}
     if (out / "results.json").exists():
         previous = json.loads((out / "results.json").read_text()).get("study", {})
@@ -563,7 +564,8 @@ def main(argv=None) -> int:
         for claim in (out / "runs").glob("*/seed*/.claim"):  # left by a killed study; no worker runs yet
             claim.unlink()
     data = prepare_data(profile, out) if not args.worker else json.loads((out / "data" / "study_data.json").read_text())
-    tasks = [(run, seed) for seed in seeds for run in runs]  # seed-major: one seed of everything first
+    # seed-major: one seed of everything first
+    tasks = [(run, seed) for seed in seeds for run in runs if seed in profile.seeds_for(run, seeds)]
     if not args.report_only:
         if jobs > 1 and not args.worker:
             spawn_workers(jobs, argv)  # --worker makes them train, not spawn

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +124,17 @@ def test_profiles_and_runs_are_consistent():
                 assert total(il_overrides(profile, run)) == total(base), (profile.name, run.name)
     with pytest.raises(ValueError, match="unknown runs"):
         study_runs(PROFILES["cpu"], ["composer", "bert"])
+
+
+def test_ablations_may_train_on_fewer_seeds_than_the_main_models():
+    by_name = {r.name: r for r in RUNS}
+    few = replace(PROFILES["cpu"], seeds=(3, 4, 5), ablation_seeds=1)
+    assert few.seeds_for(by_name["composer"], few.seeds) == [3, 4, 5]
+    assert few.seeds_for(by_name["vse"], [7, 8]) == [7, 8]
+    assert few.seeds_for(by_name["composer_ct1"], few.seeds) == [3]
+    assert few.seeds_for(by_name["composer_prune30"], [7, 8]) == [7]
+    every = replace(few, ablation_seeds=None)
+    assert every.seeds_for(by_name["composer_ct1"], few.seeds) == [3, 4, 5]
 
 
 # ---------------------------------------------------------------------------- a tiny world for the rest
