@@ -223,7 +223,8 @@ def main(argv=None) -> int:
                "config": {"model": json.loads(json.dumps(asdict(model_cfg))), "optim": asdict(spec.optim),
                           "data": asdict(spec.data), "precision": training_precision(args), **spec.module_kwargs,
                           **({"il": asdict(spec.il)} if spec.il is not None else {})}}
-    fit_and_report(module, dm, args, out, max_epochs=max_epochs, max_steps=max_steps, results=results)
+    fit_and_report(module, dm, args, out, max_epochs=max_epochs, max_steps=max_steps, results=results,
+                   val_every=NAMED[args.model].get(args.data, {}).get("val_every", 1))
     return 0
 
 
