@@ -166,11 +166,13 @@ class ConceptProgram:
 def _build(steps: Sequence[tuple[Hashable, str, Sequence[Hashable]]], root: Hashable,
            text_of: Callable[[Hashable], str], id_of: Callable[[Hashable], int] | None) -> ConceptProgram:
     derivation: dict[Hashable, tuple[str, tuple]] = {}
+    dropped_duplicate = False
     for parent, template, children in steps:
         if parent in derivation:
             if derivation[parent] != (template, tuple(children)):
                 log.debug("concept %r is derived twice in one caption; keeping the first derivation",
                           text_of(parent))
+                dropped_duplicate = True
             continue
         derivation[parent] = (template, tuple(children))
 
@@ -192,7 +194,14 @@ def _build(steps: Sequence[tuple[Hashable, str, Sequence[Hashable]]], root: Hash
 
     visit(root, ())
     unused = [p for p in derivation if p not in level]
-    if unused:
+    if unused and dropped_duplicate:
+        # e.g. "... in front of a ring and ... in front of a ring" with the two parses of "in front of a
+        # ring" pruned differently (Table 7): the dropped derivation was the only one using "a ring"
+        log.debug("dropping derivations of %s: only a discarded duplicate derivation used them",
+                  [text_of(p) for p in unused])
+        for p in unused:
+            del derivation[p]
+    elif unused:
         raise ValueError(f"derivations of {[text_of(p) for p in unused]} are not below the root "
                          f"{text_of(root)!r}")
     order.sort(key=lambda k: level[k])  # stable: first appearance within a level

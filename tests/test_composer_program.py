@@ -84,6 +84,19 @@ def test_program_validation_names_the_problem():
                                         root="the cat")
 
 
+def test_a_concept_derived_two_ways_keeps_the_first_and_drops_what_only_the_second_used():
+    # a caption repeating "in front of a ring", its two parses pruned differently (Table 7)
+    p = ConceptProgram.from_derivations([
+        ("in front of a ring", "in front of a [NN]", ["ring"]),
+        ("a ring", "a [NN]", ["ring"]),
+        ("in front of a ring", "in front of [NP]", ["a ring"]),
+        ("x in front of a ring", "x [PP]", ["in front of a ring"])])
+    assert p.texts == ("ring", "in front of a ring", "x in front of a ring")
+    assert p.templates[1] == "in front of a [NN]"
+    with pytest.raises(ValueError, match="not below the root"):  # without a duplicate it stays an error
+        ConceptProgram.from_derivations([("a ring", "a [NN]", ["ring"]), ("x y", "x [NN]", ["y"])], root="x y")
+
+
 def test_subprogram_is_the_subtree():
     steps, root = random_derivations(random.Random(3), 3)
     p = ConceptProgram.from_derivations(steps, root=root)
