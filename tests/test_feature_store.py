@@ -273,10 +273,15 @@ def test_sigkill_inside_a_commit_leaves_a_valid_store_and_resume_removes_the_orp
 
 def test_signals_during_a_commit_are_delivered_after_it():
     seen = []
-    with pytest.raises(KeyboardInterrupt):
-        with _deferred_signals():
-            os.kill(os.getpid(), signal.SIGINT)
-            seen.append("commit finished")
+    # a runner started in the background (nohup, `cmd &`) inherits SIGINT ignored: restore Python's handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _deferred_signals():
+                os.kill(os.getpid(), signal.SIGINT)
+                seen.append("commit finished")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert seen == ["commit finished"]
 
 
