@@ -92,13 +92,9 @@ def machine(device: str) -> dict:
     """CPU model, cores, torch threads, GPU (cuda only), versions."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    out = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    from composer.hardware import cpu_model
+
+    out = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
            "python": platform.python_version(), "torch": torch.__version__, "device": device}
     if device == "cuda":
         out["gpu"] = torch.cuda.get_device_name(0)

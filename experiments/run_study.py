@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from composer.hardware import cpu_model  # noqa: E402
 from composer.study_config import (CLIP_FAMILY, PROFILES, StudyProfile, StudyRun, get_profile,  # noqa: E402
                                    il_overrides, schedule_for, study_runs)
 
@@ -96,15 +97,7 @@ def plain(obj):
 def hardware() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"CPU {model}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
+    return f"CPU {cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
 
 
 def run_dir(out: Path, run: StudyRun, seed: int) -> Path:
