@@ -309,7 +309,7 @@ def composer_config(preset: str = "offline", **overrides: Any) -> ComposerConfig
     >>> composer_config("vilbert")
     Traceback (most recent call last):
     ...
-    ValueError: unknown preset 'vilbert'; available: ['offline', 'paper', 'tiny']
+    ValueError: unknown preset 'vilbert'; available: ['offline', 'paper', 'small', 'tiny']
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; available: {sorted(PRESETS)}")
