@@ -30,15 +30,14 @@ negative captions and images (scores the match loss computes anyway). Each phras
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
-from composer.config import ComposerConfig
+from composer.config import ComposerConfig, plain_config
 from composer.data import TrainBatch
 from composer.flat_transformer import FlatCrossTransformer
 from composer.lightning_module import OptimConfig, RetrievalModule
@@ -51,11 +50,6 @@ __all__ = ["FlatMVSAPlan", "FlatModule", "VSEModule", "flat_mvsa_plan"]
 logger = logging.getLogger(__name__)
 
 
-def _plain(cfg) -> dict:
-    """A config dataclass as JSON-safe plain types (for ``save_hyperparameters``)."""
-    return json.loads(json.dumps(asdict(cfg)))
-
-
 class VSEModule(RetrievalModule):
     """Trains a :class:`composer.vse.VSE` with the in-batch triplet hinge (``VSEConfig.loss``)."""
 
@@ -65,7 +59,7 @@ class VSEModule(RetrievalModule):
         self.model_cfg = model_cfg
         self.model = VSE.from_config(model_cfg, load_pretrained=load_pretrained)
         self.tokenizer = self.model.tokenizer
-        self.save_hyperparameters({"model": _plain(model_cfg), "optim": _plain(optim), "seed": seed})
+        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed})
 
     def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
         b = batch.pair_image.shape[0]
@@ -179,7 +173,7 @@ class FlatModule(RetrievalModule):
         self.mvsa_concepts = mvsa_concepts
         self.model = FlatCrossTransformer.from_config(model_cfg, load_pretrained=load_pretrained)
         self.tokenizer = self.model.make_tokenizer()
-        self.save_hyperparameters({"model": _plain(model_cfg), "optim": _plain(optim), "seed": seed,
+        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed,
                                    "mvsa_concepts": mvsa_concepts})
 
     def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:

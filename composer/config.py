@@ -16,9 +16,10 @@ in nested sub-configs. Defaults are Appendix C's; named presets hold only what d
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "TextConfig",
     "VisualConfig",
     "composer_config",
+    "plain_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -331,3 +333,13 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def plain_config(cfg: Any) -> dict:
+    """A (nested) config dataclass as plain JSON types: tuples become lists, as in the saved hyperparameters
+    and ``results.json`` files, so a config read back compares equal to one written.
+
+    >>> plain_config(LossConfig())["mvsa"], plain_config(composer_config("tiny"))["text"]["hidden_size"]
+    ('hinge', 24)
+    """
+    return json.loads(json.dumps(asdict(cfg)))

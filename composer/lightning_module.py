@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import lightning as L
 import numpy as np
 import torch
 
-from composer.config import ComposerConfig
+from composer.config import ComposerConfig, plain_config
 from composer.data import CompositionDataModule, TrainBatch
 from composer.losses import MVSAScores, OrderScores, composer_loss
 from composer.model import Composer
@@ -148,7 +148,7 @@ class ComposerModule(RetrievalModule):
         self.model_cfg = model_cfg
         self.model = Composer.from_config(model_cfg, load_pretrained=load_pretrained)
         self.tokenizer = self.model.make_tokenizer()
-        self.save_hyperparameters({"model": _plain(asdict(model_cfg)), "optim": _plain(asdict(optim)),
+        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim),
                                    "seed": seed})
 
     # ------------------------------------------------------------------ training
@@ -199,9 +199,3 @@ class ComposerModule(RetrievalModule):
             neg_c_mask = torch.zeros(b, n, 1, dtype=torch.bool, device=positive.device)
         return MVSAScores(positive, neg_c, neg_img, mask, neg_c_mask, neg_img_mask)
 
-def _plain(x):
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x

@@ -34,7 +34,7 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from composer.config import plain_config  # noqa: E402
 from composer.hardware import cpu_model  # noqa: E402
 from composer.study_config import (CLIP_FAMILY, PROFILES, StudyProfile, StudyRun, get_profile,  # noqa: E402
                                    il_overrides, schedule_for, study_runs)
@@ -89,11 +90,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def plain(obj):
-    """A config dataclass (or anything JSON can hold after a round trip) as plain JSON types."""
-    return json.loads(json.dumps(asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj))
-
-
 def hardware() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
@@ -106,7 +102,7 @@ def run_dir(out: Path, run: StudyRun, seed: int) -> Path:
 
 # ---------------------------------------------------------------------------- the study's data
 def _profile_fingerprint(profile: StudyProfile) -> dict:
-    d = plain(profile)
+    d = plain_config(profile)
     for key in ("seeds", "runs", "jobs"):  # what may change between invocations of one study
         d.pop(key)
     return d
@@ -300,8 +296,8 @@ def build_run(run: StudyRun, seed: int, profile: StudyProfile, out: Path):
         model_cfg = tb.model_config(spec, region_dim)
         module = tb.build_module(spec, model_cfg)
     dm.tokenizer = module.tokenizer
-    configs = {"model": plain(model_cfg), "optim": plain(optim), "data": plain(data_cfg),
-               "il": None if il is None else plain(il), "script_args": argv[4:], "steps_per_epoch": spe}
+    configs = {"model": plain_config(model_cfg), "optim": plain_config(optim), "data": plain_config(data_cfg),
+               "il": None if il is None else plain_config(il), "script_args": argv[4:], "steps_per_epoch": spe}
     return module, dm, configs, max_epochs, max_steps
 
 
@@ -497,7 +493,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
     if (out / "results.json").exists():
         previous = json.loads((out / "results.json").read_text()).get("study", {})
     results = {"study": {
-        "profile": plain(profile), "profile_name": profile.name, "seeds": seeds, "runs": [r.name for r in runs],
+        "profile": plain_config(profile), "profile_name": profile.name, "seeds": seeds, "runs": [r.name for r in runs],
         "complete": not missing, "missing": [f"{r} seed {s}" for r, s in missing], "failed": failed,
         "git": git_sha(),
         "hardware": hardware(), "torch": torch.__version__, "python": platform.python_version(), "data": data,

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import lightning as L  # noqa: E402
 
+from composer.config import plain_config  # noqa: E402
 from composer.data import CompositionDataModule, DataConfig  # noqa: E402
 from composer.lightning_module import OptimConfig, RetrievalModule  # noqa: E402
 from experiments.train_composer import NAMED as COMPOSER_NAMED  # noqa: E402
@@ -220,7 +221,7 @@ def main(argv=None) -> int:
     if spec.il is not None:  # the CLIP family: the schedule's steps, however many epochs they take
         max_epochs, max_steps = -1, args.max_steps if args.max_steps > 0 else spec.il.total_steps
     results = {"model": spec.model,
-               "config": {"model": json.loads(json.dumps(asdict(model_cfg))), "optim": asdict(spec.optim),
+               "config": {"model": plain_config(model_cfg), "optim": asdict(spec.optim),
                           "data": asdict(spec.data), "precision": training_precision(args), **spec.module_kwargs,
                           **({"il": asdict(spec.il)} if spec.il is not None else {})}}
     fit_and_report(module, dm, args, out, max_epochs=max_epochs, max_steps=max_steps, results=results,

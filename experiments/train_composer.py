@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 
-from composer.config import composer_config  # noqa: E402
+from composer.config import composer_config, plain_config  # noqa: E402
 from composer.data import CompositionDataModule, DataConfig  # noqa: E402
 from composer.lightning_module import ComposerModule, OptimConfig  # noqa: E402
 
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
     dm.tokenizer = module.tokenizer
 
     precision = training_precision(args)
-    results = {"config": {"model": json.loads(json.dumps(asdict(model_cfg))), "optim": asdict(optim),
+    results = {"config": {"model": plain_config(model_cfg), "optim": asdict(optim),
                           "data": asdict(data_cfg), "precision": precision}}
     fit_and_report(module, dm, args, out, max_epochs=optim.epochs, max_steps=args.max_steps, results=results,
                    val_every=NAMED.get(args.data, {}).get("val_every", 1))
