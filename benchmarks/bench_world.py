@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
-import multiprocessing as mp
 import os
 import pickle
 import platform
@@ -60,15 +59,14 @@ def end_to_end(tmp: Path, n_images: int, workers: int) -> tuple[float, float]:
 def generation_only(tmp: Path, n_images: int, workers: int) -> tuple[float, float]:
     """images/s and CPU-us per image of the worker pool over all chunks, results dropped (the PNGs of the
     first 24 images are still written)."""
-    from features.world.generate import CHUNK, GenerateConfig, _generate_chunk, _splits
+    from features.world.generate import CHUNK, GenerateConfig, _generate_chunk, _splits, worker_pool
 
     cfg = GenerateConfig(num_images=n_images, workers=workers)
     images = Path(tempfile.mkdtemp(dir=tmp))
     splits = _splits(cfg)
     chunks = [(cfg, s, min(s + CHUNK, n_images), splits[s:s + CHUNK], images) for s in range(0, n_images, CHUNK)]
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     t0, c0 = time.perf_counter(), cpu_seconds()
-    pool = ctx.Pool(workers)
+    pool = worker_pool(workers)
     for _ in pool.imap(_generate_chunk, chunks):
         pass
     pool.close()
@@ -79,7 +77,8 @@ def generation_only(tmp: Path, n_images: int, workers: int) -> tuple[float, floa
 def main_process_share(tmp: Path, n_images: int) -> dict[str, float]:
     """Microseconds per image of each main-process step, and of generating in one process."""
     from features.store import FeatureStoreWriter
-    from features.world.generate import CHUNK, GenerateConfig, _generate_chunk, _splits
+    from features.world.generate import (CHUNK, SCENES_GZIP_LEVEL, STORE_COMMIT_EVERY, GenerateConfig, _generate_chunk,
+                                         _splits)
 
     cfg = GenerateConfig(num_images=n_images, render=0)
     splits = _splits(cfg)
@@ -93,18 +92,16 @@ def main_process_share(tmp: Path, n_images: int) -> dict[str, float]:
         pickle.loads(b)
     us["unpickling chunk results"] = (time.perf_counter() - t0) / n_images * 1e6
     t0 = time.perf_counter()
-    with gzip.GzipFile(fileobj=io.BytesIO(), mode="wb", mtime=0) as f:
+    with gzip.GzipFile(fileobj=io.BytesIO(), mode="wb", compresslevel=SCENES_GZIP_LEVEL, mtime=0) as f:
         for c in chunks:
             f.write(c.scenes)
     us["gzip of scenes.jsonl"] = (time.perf_counter() - t0) / n_images * 1e6
     width, height = cfg.world.image_size
     t0 = time.perf_counter()
-    with FeatureStoreWriter(tmp / "bench_world_store.h5", feature_dim=cfg.world.feature_dim, overwrite=True) as w:
+    with FeatureStoreWriter(tmp / "bench_world_store.h5", feature_dim=cfg.world.feature_dim, overwrite=True,
+                            commit_every=STORE_COMMIT_EVERY) as w:
         for c in chunks:
-            start = 0
-            for image, n in zip(c.image_ids, c.counts.tolist()):
-                w.add(image, c.features[start:start + n], c.boxes[start:start + n], width, height)
-                start += n
+            w.add_many(c.image_ids, c.features, c.counts, c.boxes, width, height)
     us["feature store adds + commits"] = (time.perf_counter() - t0) / n_images * 1e6
     us["regions per image"] = sum(int(c.counts.sum()) for c in chunks) / n_images
     return us

@@ -675,6 +675,55 @@ class FeatureStoreWriter:
         if len(self._pending) >= self.commit_every:
             self.commit()
 
+    def add_many(self, image_ids: Sequence[str], features: np.ndarray, counts: Sequence[int],
+                 boxes: np.ndarray | None, widths: Sequence[int] | int = 0, heights: Sequence[int] | int = 0) -> None:
+        """Queue several images at once, checked together: for writers that make images in chunks (the
+        world generator), where :meth:`add`'s per-image checks cost more than writing.
+
+        Args:
+            image_ids: ``B`` new ids.
+            features: ``(sum N_i, D)``, the images' rows one after another.
+            counts: ``(B,)`` rows ``N_i`` of each image.
+            boxes: ``(sum N_i, 4)`` or ``None`` (as in :meth:`add`).
+            widths, heights: ``(B,)`` image sizes, or one size for all.
+
+        When anything fails a check the images go through :meth:`add` one by one, so the error names the
+        first bad image and the ones before it are queued, exactly as a loop of :meth:`add` would leave them.
+        """
+        ids = [str(i) for i in image_ids]
+        counts = np.asarray(counts, dtype=np.int64)                       # (B,)
+        features = np.asarray(features)                                   # (sum N_i, D)
+        widths = np.broadcast_to(np.asarray(widths, dtype=np.int64), (len(ids),))
+        heights = np.broadcast_to(np.asarray(heights, dtype=np.int64), (len(ids),))
+        if boxes is not None:
+            boxes = np.asarray(boxes, dtype=np.float32)                   # (sum N_i, 4)
+        ok = (counts.shape == (len(ids),) and len(ids) > 0 and features.ndim == 2 and int(counts.min()) >= 1
+              and int(counts.sum()) == features.shape[0] and self.feature_dim == features.shape[1]
+              and len(set(ids)) == len(ids) and not any(i in self for i in ids))
+        if ok:
+            stored = np.empty(features.shape, dtype=self.dtype)          # (sum N_i, D)
+            with np.errstate(over="ignore"):
+                _convert(np.ascontiguousarray(features), stored)
+            ok = _all_finite(stored)
+        if ok and self.boxes_known:
+            ok = (boxes is not None and boxes.shape == (features.shape[0], 4) and bool(np.isfinite(boxes).all())
+                  and bool((widths > 0).all() and (heights > 0).all()))
+        elif ok:
+            ok = boxes is None
+        ends = np.cumsum(counts).tolist()
+        starts = [e - n for e, n in zip(ends, counts.tolist())]
+        if not ok:  # let add find and name the bad image
+            for k, image_id in enumerate(ids):
+                b = None if boxes is None else boxes[starts[k]:ends[k]]
+                self.add(image_id, features[starts[k]:ends[k]], b, int(widths[k]), int(heights[k]))
+            return
+        for k, image_id in enumerate(ids):
+            b = boxes[starts[k]:ends[k]] if self.boxes_known else None
+            self._pending.append(_Pending(image_id, stored[starts[k]:ends[k]], b, int(widths[k]), int(heights[k])))
+            self._pending_ids.add(image_id)
+            if len(self._pending) >= self.commit_every:
+                self.commit()
+
     def commit(self) -> None:
         """Write pending images as one block and index them. After it returns they survive any later kill."""
         if not self._pending:

@@ -332,3 +332,27 @@ def test_ids_with_slashes(tmp_path):
     images = [("val2014/a.jpg", *synth_images(1)[0][1:])]
     store = FeatureStore(write_store(tmp_path / "s.h5", images))
     assert store.image_ids == ["val2014/a.jpg"] and store.read("val2014/a.jpg").mask.sum() == 4
+
+
+def test_add_many_writes_the_same_file_as_add_and_names_a_bad_image(tmp_path):
+    images = synth_images(7)
+    path = write_store(tmp_path / "one_by_one.h5", images, feature_dim=D, commit_every=3)
+    feats = np.concatenate([im[1] for im in images])                      # (sum N_i, D)
+    boxes = np.concatenate([im[2] for im in images])                      # (sum N_i, 4)
+    with FeatureStoreWriter(tmp_path / "many.h5", feature_dim=D, commit_every=3) as w:
+        w.add_many([im[0] for im in images[:4]], feats[:sum(len(im[1]) for im in images[:4])],
+                   [len(im[1]) for im in images[:4]], boxes[:sum(len(im[1]) for im in images[:4])],
+                   [im[3] for im in images[:4]], [im[4] for im in images[:4]])
+        rest = slice(sum(len(im[1]) for im in images[:4]), None)
+        w.add_many([im[0] for im in images[4:]], feats[rest], [len(im[1]) for im in images[4:]], boxes[rest],
+                   [im[3] for im in images[4:]], [im[4] for im in images[4:]])
+    assert filecmp.cmp(path, tmp_path / "many.h5", shallow=False)
+
+    bad = np.ones((5, D), np.float32)
+    bad[3, 0] = np.nan                                                    # in the second image (rows 2-4)
+    with FeatureStoreWriter(tmp_path / "bad.h5", feature_dim=D) as w:
+        with pytest.raises(ValueError, match=r"image 'y': features contain NaN/Inf"):
+            w.add_many(["x", "y"], bad, [2, 3], np.tile([[0, 0, 1, 1]], (5, 1)), 10, 10)
+        assert "x" in w and "y" not in w                                 # as a loop of add would leave it
+        with pytest.raises(ValueError, match=r"image 'x' is already in"):
+            w.add_many(["x"], np.ones((1, D)), [1], np.zeros((1, 4)), 10, 10)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import re
+from itertools import accumulate
 
 from features.world.scene import Scene, WorldConfig
 from features.world.semantics import ATTRIBUTE_KINDS, Caption, ObjectRef, holds
@@ -38,11 +39,26 @@ CLAUSE_VERBS_PL = ("are", "are", "sit", "are sitting", "are placed", "can be see
 # caption forms and how often each is drawn (roughly Flickr30K/COCO-like: mostly NPs and clauses)
 FORMS = (("np", 0.22), ("np_rel", 0.2), ("clause", 0.26), ("there", 0.1), ("and", 0.1), ("count", 0.06),
          ("two_clauses", 0.06))
+_FORM_NAMES = tuple(name for name, _ in FORMS)
+_FORM_CUM_WEIGHTS = tuple(accumulate(weight for _, weight in FORMS))  # what random.choices would sum per call
 
 
 # ---------------------------------------------------------------------------- sampling
-def _choice(rng: random.Random, options):
-    return options[rng.randrange(len(options))]
+def _sample(rng: random.Random, population: tuple | list, k: int) -> list:
+    """``k`` distinct items in random order, by a partial Fisher-Yates shuffle.
+
+    The same draws, in the same order, as CPython's ``random.sample`` on populations of up to 21
+    items (all here), at a third of its cost: ``sample``'s argument handling was 12 % of the captions'
+    time.
+    """
+    pool = list(population)
+    n = len(pool)
+    out = []
+    for i in range(k):
+        j = rng.randrange(n - i)
+        out.append(pool[j])
+        pool[j] = pool[n - i - 1]
+    return out
 
 
 def _outgoing(scene: Scene, k: int) -> list[tuple[str, int]]:
@@ -59,23 +75,25 @@ def _outgoing(scene: Scene, k: int) -> list[tuple[str, int]]:
 def _describe(rng: random.Random, scene: Scene, k: int, depth: int, n_attrs: int | None = None) -> ObjectRef:
     obj = scene.objects[k]
     if n_attrs is None:
-        n_attrs = _choice(rng, (0, 1, 1, 2, 2, 3))
-    kinds = rng.sample(ATTRIBUTE_KINDS, n_attrs)
-    attrs = tuple((kind, obj.attribute(kind)) for kind in ATTRIBUTE_KINDS if kind in kinds)
+        n_attrs = rng.choice((0, 1, 1, 2, 2, 3))
+    if n_attrs:  # (sample(..., 0) draws nothing: skipping it keeps the stream)
+        kinds = _sample(rng, ATTRIBUTE_KINDS, n_attrs)
+        attrs = tuple((kind, getattr(obj, kind)) for kind in ATTRIBUTE_KINDS if kind in kinds)
+    else:
+        attrs = ()
     relation = None
     if depth > 0:
         options = _outgoing(scene, k)
         if options:
-            r, b = _choice(rng, options)
+            r, b = rng.choice(options)
             relation = (r, _describe(rng, scene, b, depth - 1))
     return ObjectRef(obj.shape, attrs, relation)
 
 
 def sample_caption(rng: random.Random, scene: Scene, max_tries: int = 50) -> Caption:
     """A caption true of ``scene``, of a randomly drawn form and complexity."""
-    names, weights = zip(*FORMS)
     for _ in range(max_tries):
-        form = rng.choices(names, weights)[0]
+        form = rng.choices(_FORM_NAMES, cum_weights=_FORM_CUM_WEIGHTS)[0]
         cap = _sample_form(rng, scene, form)
         if cap is not None and holds(scene, cap):
             return cap
@@ -89,18 +107,18 @@ def _sample_form(rng: random.Random, scene: Scene, form: str) -> Caption | None:
     if form == "np":
         return Caption("np", (_describe(rng, scene, k, depth=0, n_attrs=rng.randint(1, 3)),))
     if form == "np_rel":
-        return Caption("np", (_describe(rng, scene, k, depth=_choice(rng, (1, 1, 2))),))
+        return Caption("np", (_describe(rng, scene, k, depth=rng.choice((1, 1, 2))),))
     if form == "there":
-        return Caption("there", (_describe(rng, scene, k, depth=_choice(rng, (0, 1))),))
+        return Caption("there", (_describe(rng, scene, k, depth=rng.choice((0, 1))),))
     if form == "clause":
         options = _outgoing(scene, k)
         if not options:
             return None
-        r, b = _choice(rng, options)
-        return Caption("clause", (_describe(rng, scene, k, 0), _describe(rng, scene, b, _choice(rng, (0, 0, 1)))), r)
+        r, b = rng.choice(options)
+        return Caption("clause", (_describe(rng, scene, k, 0), _describe(rng, scene, b, rng.choice((0, 0, 1)))), r)
     if form == "and":
         others = [j for j in range(n) if j != k]
-        picks = [k] + rng.sample(others, min(len(others), _choice(rng, (1, 1, 2))))
+        picks = [k] + _sample(rng, others, min(len(others), rng.choice((1, 1, 2))))
         return Caption("and", tuple(_describe(rng, scene, j, 0) for j in picks))
     if form == "count":
         obj = scene.objects[k]
@@ -121,13 +139,13 @@ def _sample_form(rng: random.Random, scene: Scene, form: str) -> Caption | None:
 
 # ---------------------------------------------------------------------------- realisation
 def _noun(rng, shape: str | None, plural: bool) -> str:
-    word = _choice(rng, NOUNS[shape]) if shape else _choice(rng, ("object", "thing"))
+    word = rng.choice(NOUNS[shape]) if shape else rng.choice(("object", "thing"))
     return (PLURALS.get(word, word + "s")) if plural else word
 
 
 def _adjective(rng, kind: str, value: str) -> str:
     table = SIZE_WORDS if kind == "size" else MATERIAL_WORDS if kind == "material" else {}
-    return _choice(rng, table.get(value, (value,)))
+    return rng.choice(table.get(value, (value,)))
 
 
 def _np(rng, ref: ObjectRef, definite_ok: bool = True) -> str:
@@ -144,15 +162,15 @@ def _np(rng, ref: ObjectRef, definite_ok: bool = True) -> str:
         text += f" that {'are' if plural else 'is'} not {_adjective(rng, kind, value)}"
     if ref.relation:
         rel, other = ref.relation
-        style = _choice(rng, ("pp", "pp", "that", "which", "ving"))
-        rel_words = _choice(rng, REL_WORDS[rel])
+        style = rng.choice(("pp", "pp", "that", "which", "ving"))
+        rel_words = rng.choice(REL_WORDS[rel])
         be = "are" if plural else "is"
         if style == "pp":
             text += f" {rel_words} {_np(rng, other)}"
         elif style in ("that", "which"):
             text += f" {style} {be} {rel_words} {_np(rng, other)}"
         else:
-            text += f" {_choice(rng, VERBS_ING)} {rel_words} {_np(rng, other)}"
+            text += f" {rng.choice(VERBS_ING)} {rel_words} {_np(rng, other)}"
     return text
 
 
@@ -168,8 +186,8 @@ def realize(rng: random.Random, caption: Caption) -> str:
     elif caption.kind == "clause":
         subj, obj = caption.parts
         plural = subj.count is not None and subj.count > 1
-        verb = _choice(rng, CLAUSE_VERBS_PL if plural else CLAUSE_VERBS_SG)
-        text = f"{_np(rng, subj)} {verb} {_choice(rng, REL_WORDS[caption.relation])} {_np(rng, obj)}"
+        verb = rng.choice(CLAUSE_VERBS_PL if plural else CLAUSE_VERBS_SG)
+        text = f"{_np(rng, subj)} {verb} {rng.choice(REL_WORDS[caption.relation])} {_np(rng, obj)}"
     elif caption.kind == "and":
         nps = [_np(rng, p) for p in caption.parts]
         text = nps[0] if len(nps) == 1 else ", ".join(nps[:-1]) + " and " + nps[-1]

@@ -97,8 +97,7 @@ class Scene:
         """Every true ``(a, relation, b)``; computed once per scene (objects do not move)."""
         cached = self.__dict__.get("_relations")
         if cached is None:
-            cached = [(a, r, b) for a in range(len(self.objects)) for b in range(len(self.objects)) if a != b
-                      for r in RELATIONS if _geometric_relation(self, a, r, b)]
+            cached = _all_relations(self.objects)
             self.__dict__["_relations"] = cached
             self.__dict__["_relation_set"] = set(cached)
         return cached
@@ -124,49 +123,60 @@ def relation_holds(scene: Scene, a: int, relation: str, b: int) -> bool:
     return scene.has_relation(a, relation, b)
 
 
-def _geometric_relation(scene: Scene, a: int, relation: str, b: int) -> bool:
-    if a == b:
-        return False
-    oa, ob = scene.objects[a], scene.objects[b]
-    if relation == "on_top_of":
-        return oa.support == b
-    if relation == "under":
-        return ob.support == a
-    stacked = oa.support == b or ob.support == a
-    if relation == "left_of":
-        return not stacked and oa.x < ob.x - MARGIN
-    if relation == "right_of":
-        return not stacked and oa.x > ob.x + MARGIN
-    if relation == "in_front_of":
-        return not stacked and oa.z < ob.z - MARGIN
-    if relation == "behind":
-        return not stacked and oa.z > ob.z + MARGIN
-    if relation == "next_to":
-        return not stacked and abs(oa.x - ob.x) < NEXT_TO_DISTANCE and abs(oa.z - ob.z) < NEXT_TO_DISTANCE
-    raise ValueError(f"unknown relation {relation!r}; choose one of {RELATIONS}")
+def _all_relations(objects: list[SceneObject]) -> list[tuple[int, str, int]]:
+    """Every ``(a, relation, b)`` the geometry makes true: pairs in order, relations in :data:`RELATIONS` order.
+
+    One pass over the ordered pairs, tests written out: scenes' relations were the world generator's
+    largest single cost when each (pair, relation) was a function call.
+    """
+    out = []
+    for a, oa in enumerate(objects):
+        ax, az = oa.x, oa.z
+        for b, ob in enumerate(objects):
+            if a == b:
+                continue
+            if oa.support == b:  # stacked pairs stand only in the stacking relations
+                out.append((a, "on_top_of", b))
+                continue
+            if ob.support == a:
+                out.append((a, "under", b))
+                continue
+            bx, bz = ob.x, ob.z
+            # (these exact float expressions: ax - bx < -MARGIN flips pairs exactly MARGIN apart)
+            if ax < bx - MARGIN:
+                out.append((a, "left_of", b))
+            elif ax > bx + MARGIN:
+                out.append((a, "right_of", b))
+            if az < bz - MARGIN:
+                out.append((a, "in_front_of", b))
+            elif az > bz + MARGIN:
+                out.append((a, "behind", b))
+            if abs(ax - bx) < NEXT_TO_DISTANCE and abs(az - bz) < NEXT_TO_DISTANCE:
+                out.append((a, "next_to", b))
+    return out
 
 
 def sample_scene(rng: random.Random, cfg: WorldConfig, image_id: str) -> Scene:
     """Sample a scene: attributes uniformly, positions spread so objects rarely overlap."""
     n = rng.randint(cfg.min_objects, cfg.max_objects)
     objects: list[SceneObject] = []
+    rank = {size: i for i, size in enumerate(cfg.sizes)}
+    supporting: set[int] = set()  # objects something already rests on
     for _ in range(n):
         size = rng.choice(cfg.sizes)
         obj = SceneObject(shape=rng.choice(cfg.shapes), color=rng.choice(cfg.colors), size=size,
                           material=rng.choice(cfg.materials), x=0.0, z=0.0)
-        bases = [k for k, o in enumerate(objects) if o.support == -1 and _size_rank(cfg, o.size) > _size_rank(cfg, size)
-                 and not any(p.support == k for p in objects)]
+        # a larger object on the ground with nothing on it yet
+        bases = [k for k, o in enumerate(objects) if o.support == -1 and rank[o.size] > rank[size]
+                 and k not in supporting]
         if bases and rng.random() < cfg.stack_probability:
             k = rng.choice(bases)
+            supporting.add(k)
             obj.support, obj.x, obj.z = k, objects[k].x, objects[k].z
         else:
             obj.x, obj.z = _free_position(rng, objects)
         objects.append(obj)
     return Scene(image_id, objects)
-
-
-def _size_rank(cfg: WorldConfig, size: str) -> int:
-    return cfg.sizes.index(size)
 
 
 def _free_position(rng: random.Random, objects: list[SceneObject]) -> tuple[float, float]:

@@ -70,16 +70,19 @@ class Caption:
 def matching_objects(scene: Scene, ref: ObjectRef) -> list[int]:
     """Indices of the objects of ``scene`` that fit ``ref`` (its count aside)."""
     out = []
+    shape, attrs, negated = ref.shape, ref.attrs, ref.negated_attr
+    others = None
     for k, obj in enumerate(scene.objects):
-        if ref.shape is not None and obj.shape != ref.shape:
+        if shape is not None and obj.shape != shape:
             continue
-        if any(obj.attribute(kind) != value for kind, value in ref.attrs):
+        if any(getattr(obj, kind) != value for kind, value in attrs):
             continue
-        if ref.negated_attr and obj.attribute(ref.negated_attr[0]) == ref.negated_attr[1]:
+        if negated and getattr(obj, negated[0]) == negated[1]:
             continue
         if ref.relation is not None:
             rel, other = ref.relation
-            others = matching_objects(scene, other)
+            if others is None:
+                others = matching_objects(scene, other)
             if other.count is not None and len(others) != other.count:
                 continue
             if not any(relation_holds(scene, k, rel, b) for b in others):
