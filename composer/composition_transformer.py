@@ -13,17 +13,22 @@ image's regions as its visual stream. Layers interleave as in ViLBERT; with ``ct
 
 so ``ct_layers = 1`` is a single text SelfAtt layer (the image reaches it only through the
 primitives). The text stream's output at ``[CLS]`` is the grounded concept embedding ``v(x, c)``.
+Nothing reads the visual stream after the last CrossAtt, so that block has no visual half: ViLBERT
+keeps one for its image read-out, which the CT does not have (the half would hold parameters that
+never get a gradient, 7.9M at the paper's sizes; Table 6's counts may include it, see docs/composer.md).
 Appendix C describes the 3-layer CT only; ``CompositionConfig.visual_selfatt`` says how deeper
 ones are read (default ``"first"``: visual SelfAtt in layer 1 only, which matches Table 6's
 parameter increments best).
 
 The image-only prefix (region embedding and the first visual SelfAtt) does not depend on the text,
 so :meth:`CompositionTransformer.encode_visual` runs it once per image and the recursion reuses it
-for every concept composed on that image.
+for every concept composed on that image; the first CrossAtt's keys and values over the regions are
+projected once per image too (``item_image``), not once per concept.
 """
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 import torch
@@ -33,6 +38,8 @@ from composer.attention import CoAttentionLayer, TransformerLayer, VisualEmbeddi
 from composer.config import ComposerConfig
 
 __all__ = ["AlignmentScorer", "CompositionTransformer"]
+
+log = logging.getLogger(__name__)
 
 
 class CompositionTransformer(nn.Module):
@@ -57,13 +64,14 @@ class CompositionTransformer(nn.Module):
             CoAttentionLayer(d, c.visual_hidden_size, c.cross_hidden_size, c.cross_heads,
                              text_intermediate_size=c.intermediate_size,
                              visual_intermediate_size=c.visual_intermediate_size, dropout=c.dropout,
-                             layer_norm_eps=eps)
-            for _ in range(self.num_pairs))
+                             layer_norm_eps=eps, visual_output=j < self.num_pairs - 1)
+            for j in range(self.num_pairs))
         self.visual_embedding = (
             VisualEmbedding(cfg.visual.region_dim, cfg.visual.geometry_dim, c.visual_hidden_size,
                             dropout=c.dropout, layer_norm_eps=eps)
             if self.num_pairs else None)  # a 1-layer CT never reads the image
         self.apply(partial(init_bert_weights, std=cfg.text.initializer_range))
+        self.register_load_state_dict_pre_hook(_drop_last_visual_half)
 
     @property
     def uses_image(self) -> bool:
@@ -86,14 +94,18 @@ class CompositionTransformer(nn.Module):
         return self.visual_layers[0](v, region_mask)   # (I, R, Dv)
 
     def forward(self, text: torch.Tensor, text_mask: torch.Tensor, visual: torch.Tensor | None = None,
-                visual_mask: torch.Tensor | None = None) -> torch.Tensor:
+                visual_mask: torch.Tensor | None = None, item_image: torch.Tensor | None = None) -> torch.Tensor:
         """Compose B concepts, each on its own image.
 
         Args:
             text: (B, T, D) ``[CLS]``, predicate tokens and modulated children.
             text_mask: (B, T) bool, True = real token.
-            visual: (B, R, Dv) each item's image from :meth:`encode_visual` (gathered per item).
-            visual_mask: (B, R) bool, True = real region.
+            visual: (B, R, Dv) each item's image from :meth:`encode_visual`, or with ``item_image`` the
+                images themselves, (I, R, Dv).
+            visual_mask: (B, R) bool, True = real region; (I, R) with ``item_image``.
+            item_image: (B,) long, optional: the image of each item (rows of ``visual``). Give the images
+                rather than a per-item copy when many items share few images: the work that depends on
+                the image only is then done once per image.
 
         Returns:
             (B, D) the text stream's final ``[CLS]`` state: the grounded concept embedding.
@@ -101,14 +113,27 @@ class CompositionTransformer(nn.Module):
         if self.uses_image and (visual is None or visual_mask is None):
             raise ValueError("this CT has CrossAtt layers: pass visual (from encode_visual) and visual_mask")
         x = self.text_layers[0](text, text_mask)                      # (B, T, D)
-        v = visual                                                    # (B, R, Dv), after visual SelfAtt 1
+        v, v_mask, v_index = visual, visual_mask, item_image          # after visual SelfAtt 1; per image if indexed
         for j in range(self.num_pairs):
-            if 0 < j < len(self.visual_layers):  # visual_selfatt="every"
-                v = self.visual_layers[j](v, visual_mask)
-            co = self.coattention[j](x, text_mask, v, visual_mask)
-            x, v = co.text, co.visual
-            x = self.text_layers[j + 1](x, text_mask)
+            if 0 < j < len(self.visual_layers):  # visual_selfatt="every" (v is per item from layer j - 1 on)
+                v = self.visual_layers[j](v, v_mask)
+            co = self.coattention[j](x, text_mask, v, v_mask, visual_index=v_index)
+            x = self.text_layers[j + 1](co.text, text_mask)           # (B, T, D)
+            if co.visual is not None:                                 # (B, R, Dv): per item from here on
+                v, v_mask, v_index = co.visual, (v_mask if v_index is None else v_mask[v_index]), None
         return x[:, 0]                                                # (B, D)
+
+
+def _drop_last_visual_half(module: CompositionTransformer, state_dict: dict, prefix: str, *args) -> None:
+    """Checkpoints saved before 2026-11-21 hold the last CrossAtt block's visual half, which never got a
+    gradient and is no longer built: drop its weights so that those checkpoints still load."""
+    if not module.num_pairs:
+        return
+    stale = [k for k in state_dict if k.startswith(f"{prefix}coattention.{module.num_pairs - 1}.visual.")]
+    for k in stale:
+        del state_dict[k]
+    if stale:
+        log.info("dropped %d weights of the last CrossAtt block's visual half (unused, no longer built)", len(stale))
 
 
 class AlignmentScorer(nn.Module):

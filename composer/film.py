@@ -84,8 +84,25 @@ class Modulator(nn.Module):
         Returns:
             (..., D) the tokens that take the placeholders' positions in the CT's input.
         """
+        return self.bind(self.placeholder_terms(placeholder), child)
+
+    def placeholder_terms(self, placeholder: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """What the modulation takes from the placeholder alone: FiLM's scale and bias, (..., D) each.
+
+        A placeholder's embedding depends only on its predicate, and many concepts share a predicate:
+        the recursion computes these once per distinct predicate and indexes them per concept.
+        """
         if self.kind == "film":
-            return self.project(film_modulate(child, self.scale(placeholder), self.bias(placeholder)))
+            return self.scale(placeholder), self.bias(placeholder)
         if self.kind == "mlp":
-            return self.mlp(torch.cat([placeholder, child], dim=-1))  # (..., 2D) -> (..., D)
+            return (placeholder,)
+        return ()
+
+    def bind(self, terms: tuple[torch.Tensor, ...], child: torch.Tensor) -> torch.Tensor:
+        """(..., D) tokens from :meth:`placeholder_terms`' ``terms`` and the (..., D) children."""
+        if self.kind == "film":
+            a, b = terms
+            return self.project(film_modulate(child, a, b))
+        if self.kind == "mlp":
+            return self.mlp(torch.cat([terms[0], child], dim=-1))  # (..., 2D) -> (..., D)
         return child

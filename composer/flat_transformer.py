@@ -78,7 +78,6 @@ class FlatCrossTransformer(nn.Module):
         token_ids, token_mask = token_ids.to(device), token_mask.to(device)
         text = self.text_encoder(token_ids, token_mask)                               # (C, T, D), once per caption
         visual = self.composition_transformer.encode_visual(regions, geometry, region_mask)  # (I, R, Dv) | None
-        cls = self.composition_transformer(
-            text[pair_caption], token_mask[pair_caption],
-            None if visual is None else visual[pair_image], region_mask[pair_image])  # (Q, D)
+        cls = self.composition_transformer(text[pair_caption], token_mask[pair_caption], visual, region_mask,
+                                           item_image=pair_image)                    # (Q, D)
         return FlatOutput(scores=self.scorer(cls), embeddings=cls)

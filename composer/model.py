@@ -187,27 +187,29 @@ class Composer(nn.Module):
         ph_pos = programs.template_tokens.placeholder_positions.to(device)[preds]     # (P', A)
         pt_states = self.predicate_transformer(tids, tmask)                    # (P', T, D)
         ct_visual = self.composition_transformer.encode_visual(regions, geometry, region_mask)  # (I, R, Dv) | None
-
         D = pt_states.shape[-1]
+        if ph_pos.shape[1]:  # the modulator's placeholder-only work, once per predicate
+            ph_terms = self.modulator.placeholder_terms(
+                pt_states.gather(1, ph_pos[..., None].expand(-1, -1, D)))       # each (P', A, D)
+        lengths = tmask.sum(1)                                                  # (P',)
+
         for lvl in range(1, plan.num_levels):
             items = plan.level(lvl)
             if items.start == items.stop:
                 continue
             table = torch.cat(outputs)                                          # (W_<lvl, D)
             p = inv_preds[items.start - composed.start: items.stop - composed.start]  # (n,)
-            seq = pt_states[p]                                                  # (n, T, D)
+            t = int(lengths[p].max())                                           # this level's longest template
+            seq = pt_states[p, :t]                                              # (n, t, D)
             if ph_pos.shape[1]:
                 kids = work_children[items]                                     # (n, A)
                 child_emb = table[kids.clamp_min(0)]                            # (n, A, D)
-                pos = ph_pos[p]                                                 # (n, A)
-                ph_emb = seq.gather(1, pos[..., None].expand(-1, -1, D))        # (n, A, D)
-                modulated = self.modulator(ph_emb, child_emb)                   # (n, A, D)
-                slot = slots[p]                                                 # (n, T), -1 = not a placeholder
-                at_slot = modulated.gather(1, slot.clamp_min(0)[..., None].expand(-1, -1, D))  # (n, T, D)
-                seq = torch.where((slot >= 0)[..., None], at_slot, seq)        # (n, T, D)
-            img = work_image[items]
+                modulated = self.modulator.bind(tuple(x[p] for x in ph_terms), child_emb)  # (n, A, D)
+                slot = slots[p, :t]                                             # (n, t), -1 = not a placeholder
+                at_slot = modulated.gather(1, slot.clamp_min(0)[..., None].expand(-1, -1, D))  # (n, t, D)
+                seq = torch.where((slot >= 0)[..., None], at_slot, seq)        # (n, t, D)
             outputs.append(self.composition_transformer(
-                seq, tmask[p], None if ct_visual is None else ct_visual[img], region_mask[img]))  # (n, D)
+                seq, tmask[p, :t], ct_visual, region_mask, item_image=work_image[items]))  # (n, D)
         return torch.cat(outputs)                                               # (W, D)
 
     def _primitives(self, plan: ExecutionPlan, programs: ProgramBatch, prim: slice, regions: torch.Tensor,

@@ -77,6 +77,25 @@ def test_coattention_exchanges_both_streams_and_respects_masks():
     assert not torch.allclose(co(t + 1, tm, v, vm).visual, out.visual)
 
 
+def test_coattention_without_visual_half_and_with_per_image_keys():
+    torch.manual_seed(0)
+    full = CoAttentionLayer(D, DV, 18, 3, text_intermediate_size=40, visual_intermediate_size=52).eval()
+    text_only = CoAttentionLayer(D, DV, 18, 3, text_intermediate_size=40, visual_intermediate_size=52,
+                                 visual_output=False).eval()
+    assert text_only.visual is None and not any(k.startswith("visual.") for k in text_only.state_dict())
+    text_only.load_state_dict({k: v for k, v in full.state_dict().items() if k.startswith("text.")})
+    t, tm = torch.randn(B, T, D), _pad_mask([6, 2, 3, 4, 1], T)
+    images, image_mask = torch.randn(3, R, DV), _pad_mask([7, 2, 5], R)
+    item_image = torch.tensor([2, 0, 0, 1, 2])
+    out = full(t, tm, images[item_image], image_mask[item_image])
+    indexed = full(t, tm, images, image_mask, visual_index=item_image)    # keys projected once per image
+    torch.testing.assert_close(indexed.text, out.text)
+    torch.testing.assert_close(indexed.visual, out.visual)
+    half = text_only(t, tm, images, image_mask, visual_index=item_image)
+    assert half.visual is None
+    torch.testing.assert_close(half.text, out.text)
+
+
 def test_visual_embedding_checks_sizes():
     emb = VisualEmbedding(DR, 5, DV)
     assert emb(torch.randn(3, R, DR), torch.rand(3, R, 5)).shape == (3, R, DV)
@@ -195,6 +214,27 @@ def test_composition_transformer_layer_schedule(layers, selfatt, counts):
     cfg = composer_config("tiny", ct_layers=layers, composition={"visual_selfatt": selfatt})
     ct = CompositionTransformer(cfg)
     assert (len(ct.text_layers), len(ct.visual_layers), len(ct.coattention)) == counts
+    # only the last CrossAtt block lacks a visual half: nothing reads the visual stream after it
+    assert [co.visual is not None for co in ct.coattention] == [True] * (counts[2] - 1) + [False] * (counts[2] > 0)
+
+
+@pytest.mark.parametrize("layers,selfatt", [(3, "first"), (5, "first"), (5, "every")])
+def test_every_ct_parameter_gets_a_gradient_and_old_checkpoints_load(layers, selfatt):
+    """DDP (without find_unused_parameters) fails on parameters that take no part in the loss."""
+    torch.manual_seed(0)
+    cfg = composer_config("tiny", ct_layers=layers, composition={"visual_selfatt": selfatt})
+    ct = CompositionTransformer(cfg)
+    text, tmask = torch.randn(B, T, D), _pad_mask([6, 3, 2, 5, 4], T)
+    vmask = _pad_mask([7, 2, 4], R)
+    visual = ct.encode_visual(torch.randn(3, R, DR), torch.rand(3, R, 5), vmask)
+    ct(text, tmask, visual, vmask, item_image=torch.tensor([0, 1, 2, 1, 0])).sum().backward()
+    assert [n for n, p in ct.named_parameters() if p.grad is None] == []
+    # a checkpoint from before the last block lost its visual half still loads, strictly
+    old = dict(ct.state_dict())
+    last = f"coattention.{len(ct.coattention) - 1}."
+    old.update({last + "visual.output.dense.weight": torch.zeros(DV, 52), last + "visual.output.dense.bias":
+                torch.zeros(DV)})
+    CompositionTransformer(cfg).load_state_dict(old)
 
 
 def test_composition_transformer_shapes_masks_and_image_dependence(cfg):
@@ -215,6 +255,7 @@ def test_composition_transformer_shapes_masks_and_image_dependence(cfg):
     moved = torch.tensor([1, 2, 0, 0, 1])
     changed = ct(text, tmask, visual[moved], vmask[moved])
     assert not torch.isclose(changed, out).all(dim=1).any()  # every item reads its own image
+    torch.testing.assert_close(ct(text, tmask, visual, vmask, item_image=img), out)  # per-image form
     one = CompositionTransformer(composer_config("tiny", ct_layers=1)).eval()
     assert one.encode_visual(regions, geometry, vmask) is None and one(text, tmask).shape == (B, D)
     assert AlignmentScorer(D)(torch.randn(B, 3, D)).shape == (B, 3)
@@ -314,7 +355,8 @@ def test_paper_parameter_count_on_the_meta_device():
     with torch.device("meta"):
         model = Composer.from_config(composer_config("paper"), load_pretrained=False)
     total = sum(p.numel() for p in model.parameters())
-    assert total == 140_007_936  # docs/composer.md: Table 6 reports 157M for PT = 6, CT = 5
+    # docs/composer.md: Table 6 reports 157M for PT = 6, CT = 5 (ours without the last CrossAtt's unused visual half)
+    assert total == 132_132_864
 
 
 def test_initializer_range_sets_the_std_of_every_random_init_module():
