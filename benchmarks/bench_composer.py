@@ -9,8 +9,10 @@
    COMPOSER (:class:`composer.lightning_module.ComposerModule`: l_MATCH + l_MVSA + l_ORDER over the
    B x (1 + K) pairs), the flat cross-modal transformer at the same config (``FlatModule``, l_MATCH over
    the same pairs), VSE (``VSEModule``, in-batch hinge), CLIP and codebook-CLIP (``ClipModule``,
-   in-batch InfoNCE). Every model gets the same batches: ``--warmup`` untimed steps, then the median of
-   ``--steps`` timed ones. Optimisers are the modules' own (Adam; AdamW for the CLIP family). Batches
+   in-batch InfoNCE). Every model gets the same batches: ``--warmup`` untimed steps, then ``--steps``
+   timed ones, in ``--rounds`` rounds where the models take turns; a model's step time is the median of
+   all its timed steps, the COMPOSER / flat ratio the median of the rounds' ratios (on a shared machine
+   whose speed drifts, back-to-back turns keep the ratio honest). Optimisers are the modules' own (Adam; AdamW for the CLIP family). Batches
    are moved to the device before timing, as Lightning does before ``training_step``.
    Target: COMPOSER / flat <= 1.3 (Table 6's FLOPs ratio, COMPOSER 38.4G vs ViLBERT 24.4G, is 1.57).
    For COMPOSER, the work the recursion does per pair: CT work items (distinct (image, composed
@@ -69,8 +71,9 @@ TARGET_RATIO = 1.3
 class StepTiming:
     """Training step of one model over the shared batches."""
 
-    seconds: float              # median over the timed steps
+    seconds: float              # median over the timed steps (of every round)
     seconds_all: list[float]    # every timed step
+    round_seconds: list[float]  # median of each round (--rounds: the models take turns)
     pairs_per_step: float       # (image, caption) pairs its loss scores per step (mean)
     params_m: float             # parameters, millions
     peak_mib: float | None      # peak GPU memory over its steps (cuda only)
@@ -166,6 +169,21 @@ def synchronize(device: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- measurements
+def merge_rounds(rounds: list[StepTiming]) -> StepTiming:
+    """One model's timings over several rounds as one: medians over every timed step."""
+    steps = [t for r in rounds for t in r.seconds_all]
+    return StepTiming(seconds=statistics.median(steps), seconds_all=steps,
+                      round_seconds=[r.round_seconds[0] for r in rounds], pairs_per_step=rounds[0].pairs_per_step,
+                      params_m=rounds[0].params_m, peak_mib=max((r.peak_mib for r in rounds if r.peak_mib is not None),
+                                                                 default=None))
+
+
+def step_ratio(composer: StepTiming, flat: StepTiming) -> float:
+    """COMPOSER / flat step time: the median of the rounds' ratios (each round times both models back to
+    back, so a machine that slows down for a while weighs on both sides of a ratio alike)."""
+    return statistics.median(c / f for c, f in zip(composer.round_seconds, flat.round_seconds))
+
+
 def time_training(name: str, module, batches: list, warmup: int, device: str) -> StepTiming:
     """Forward + loss + backward + optimiser step on each batch; the first ``warmup`` are not timed."""
     import torch
@@ -190,6 +208,7 @@ def time_training(name: str, module, batches: list, warmup: int, device: str) ->
             times.append(time.perf_counter() - started)
     pairs = [b.pair_image.numel() if name in CROSS else b.pair_image.shape[0] for b in batches]
     return StepTiming(seconds=statistics.median(times), seconds_all=[round(t, 4) for t in times],
+                      round_seconds=[round(statistics.median(times), 4)],
                       pairs_per_step=statistics.mean(pairs),
                       params_m=sum(p.numel() for p in module.parameters()) / 1e6,
                       peak_mib=torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None)
@@ -310,8 +329,9 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
              (f"Generated world ({args.world_images:,} images), preset `{args.preset}` (CLIP: "
              f"`{CLIP_PRESET[args.preset]}`), batch {args.batch_size} positives x (1 + "
              f"{info['negatives']}) pairs, {info['regions']} regions (global + up to {args.max_regions}) of "
-             f"{info['region_dim']}-d features. Training: median of {args.steps} steps after {args.warmup} "
-             f"warm-up steps, the same batches for every model. Evaluation: {info['eval_images']} test images x "
+             f"{info['region_dim']}-d features. Training: {args.rounds} rounds in which the models take turns, "
+             f"each model {args.warmup} warm-up and {args.steps} timed steps per round on the same batches; "
+             f"s / step is the median of all timed steps. Evaluation: {info['eval_images']} test images x "
              f"{info['eval_captions']} captions."), "",
              "| model | params | pairs per step (loss) | s / step | eval pairs/s | eval path |",
              "|---|---|---|---|---|---|"]
@@ -324,7 +344,10 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
                      f"| {LABEL[name]} | {t.params_m:.1f}M | {t.pairs_per_step:,.0f} | {t.seconds:.3f} | | |")
     lines.append("")
     if ratio is not None:
-        lines.append(f"Step time COMPOSER / flat at the same width, depth, batch and pairs: **{ratio:.2f}** "
+        per_round = ", ".join(f"{c / f:.2f}" for c, f in zip(train["composer"].round_seconds,
+                                                             train["flat"].round_seconds))
+        lines.append(f"Step time COMPOSER / flat at the same width, depth, batch and pairs: **{ratio:.2f}**, the "
+                     f"median of the rounds' ratios ({per_round}) "
                      f"(target <= {TARGET_RATIO}; Table 6's FLOPs ratio COMPOSER / ViLBERT is "
                      f"{PAPER_GFLOPS['composer']}G / {PAPER_GFLOPS['vilbert']}G = "
                      f"{PAPER_GFLOPS['composer'] / PAPER_GFLOPS['vilbert']:.2f}).")
@@ -358,6 +381,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=32, help="positive pairs per training batch")
     ap.add_argument("--steps", type=int, default=20, help="timed training steps (the median is reported)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed training steps before them")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="the models take turns this many times (each: --warmup + --steps); the ratio is the "
+                         "median of the rounds' ratios")
     ap.add_argument("--eval-images", type=int, default=100, help="test images scored (x their 5 captions)")
     ap.add_argument("--eval-max-pairs", type=int, default=4096, help="pairs per cross-scoring chunk")
     ap.add_argument("--max-regions", type=int, default=14,
@@ -374,8 +400,8 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown or not names:
         ap.error(f"--models: unknown {unknown}; choose from {','.join(MODELS)}")
-    if args.steps < 1 or args.warmup < 0 or args.eval_images < 1 or args.batch_size < 2:
-        ap.error("need --steps >= 1, --warmup >= 0, --eval-images >= 1, --batch-size >= 2")
+    if args.steps < 1 or args.warmup < 0 or args.eval_images < 1 or args.batch_size < 2 or args.rounds < 1:
+        ap.error("need --steps >= 1, --warmup >= 0, --eval-images >= 1, --batch-size >= 2, --rounds >= 1")
 
     import torch
 
@@ -419,25 +445,34 @@ def main(argv=None) -> int:
     work = composer_work(cpu_batches[args.warmup:]) if "composer" in names else None
     train: dict[str, StepTiming] = {}
     evals: dict[str, EvalTiming] = {}
+    modules = {name: build_module(name, args.preset, region_dim) for name in names}
+    on_device = {name: [modules[name].transfer_batch_to_device(b, torch.device(args.device), 0) for b in cpu_batches]
+                 for name in names}
+    rounds: dict[str, list[StepTiming]] = {name: [] for name in names}
+    for r in range(args.rounds):
+        for name in names:
+            t = time_training(name, modules[name], on_device[name], args.warmup, args.device)
+            rounds[name].append(t)
+            print(f"round {r + 1}/{args.rounds}, {LABEL[name]}: {t.seconds:.3f} s/step (median of {args.steps}; "
+                  f"all {t.seconds_all})", flush=True)
+    del on_device
     for name in names:
-        module = build_module(name, args.preset, region_dim)
-        batches = [module.transfer_batch_to_device(b, torch.device(args.device), 0) for b in cpu_batches]
-        train[name] = time_training(name, module, batches, args.warmup, args.device)
-        t = train[name]
+        module = modules.pop(name)
+        train[name] = t = merge_rounds(rounds[name])
         print(f"{LABEL[name]}: {t.params_m:.1f}M parameters, {t.pairs_per_step:,.0f} pairs per step, "
-              f"{t.seconds:.3f} s/step (median of {args.steps}; all {t.seconds_all})"
+              f"{t.seconds:.3f} s/step (median of {len(t.seconds_all)} steps in {args.rounds} rounds)"
               + (f", peak {t.peak_mib:,.0f} MiB" if t.peak_mib is not None else ""))
         evals[name] = time_eval(name, module, ev, args.device, args.eval_max_pairs, args.target_pairs)
         e = evals[name]
         print(f"{LABEL[name]}: evaluation ({e.path}) {e.pairs:,} pairs in {e.seconds:.2f} s = "
               f"{e.pairs_per_second:,.0f} pairs/s")
-        del module, batches
+        del module
         gc.collect()
         if args.device == "cuda":
             torch.cuda.empty_cache()
     info["load"].append(os.getloadavg()[0])
 
-    ratio = train["composer"].seconds / train["flat"].seconds if {"composer", "flat"} <= set(train) else None
+    ratio = step_ratio(train["composer"], train["flat"]) if {"composer", "flat"} <= set(train) else None
     if ratio is not None:
         print(f"COMPOSER / flat step time: {ratio:.2f} (target <= {TARGET_RATIO}; paper FLOPs ratio "
               f"{PAPER_GFLOPS['composer'] / PAPER_GFLOPS['vilbert']:.2f})")
