@@ -10,9 +10,10 @@
    B x (1 + K) pairs), the flat cross-modal transformer at the same config (``FlatModule``, l_MATCH over
    the same pairs), VSE (``VSEModule``, in-batch hinge), CLIP and codebook-CLIP (``ClipModule``,
    in-batch InfoNCE). Every model gets the same batches: ``--warmup`` untimed steps, then ``--steps``
-   timed ones, in ``--rounds`` rounds where the models take turns; a model's step time is the median of
-   all its timed steps, the COMPOSER / flat ratio the median of the rounds' ratios (on a shared machine
-   whose speed drifts, back-to-back turns keep the ratio honest). Optimisers are the modules' own (Adam; AdamW for the CLIP family). Batches
+   timed ones, ``--rounds`` times over, the models taking turns step by step (each batch: every model's
+   step, back to back). A model's step time is the median of its timed steps; the COMPOSER / flat ratio
+   is the total time of COMPOSER's timed steps over the flat model's (the machine's speed drifts by tens
+   of percent over seconds; neighbouring steps see the same speed). Optimisers are the modules' own (Adam; AdamW for the CLIP family). Batches
    are moved to the device before timing, as Lightning does before ``training_step``.
    Target: COMPOSER / flat <= 1.3 (Table 6's FLOPs ratio, COMPOSER 38.4G vs ViLBERT 24.4G, is 1.57).
    For COMPOSER, the work the recursion does per pair: CT work items (distinct (image, composed
@@ -71,9 +72,8 @@ TARGET_RATIO = 1.3
 class StepTiming:
     """Training step of one model over the shared batches."""
 
-    seconds: float              # median over the timed steps (of every round)
-    seconds_all: list[float]    # every timed step
-    round_seconds: list[float]  # median of each round (--rounds: the models take turns)
+    seconds: float              # median over the timed steps
+    seconds_all: list[float]    # every timed step, in order (the models take turns step by step)
     pairs_per_step: float       # (image, caption) pairs its loss scores per step (mean)
     params_m: float             # parameters, millions
     peak_mib: float | None      # peak GPU memory over its steps (cuda only)
@@ -169,49 +169,48 @@ def synchronize(device: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- measurements
-def merge_rounds(rounds: list[StepTiming]) -> StepTiming:
-    """One model's timings over several rounds as one: medians over every timed step."""
-    steps = [t for r in rounds for t in r.seconds_all]
-    return StepTiming(seconds=statistics.median(steps), seconds_all=steps,
-                      round_seconds=[r.round_seconds[0] for r in rounds], pairs_per_step=rounds[0].pairs_per_step,
-                      params_m=rounds[0].params_m, peak_mib=max((r.peak_mib for r in rounds if r.peak_mib is not None),
-                                                                 default=None))
-
-
 def step_ratio(composer: StepTiming, flat: StepTiming) -> float:
-    """COMPOSER / flat step time: the median of the rounds' ratios (each round times both models back to
-    back, so a machine that slows down for a while weighs on both sides of a ratio alike)."""
-    return statistics.median(c / f for c, f in zip(composer.round_seconds, flat.round_seconds))
+    """COMPOSER / flat training time: total time of COMPOSER's timed steps over the flat model's, on the same
+    batches, each pair of steps run back to back (the machine's speed drifts by tens of percent over
+    seconds; neighbouring steps see the same speed, so the drift weighs on both totals alike)."""
+    return sum(composer.seconds_all) / sum(flat.seconds_all)
 
 
-def time_training(name: str, module, batches: list, warmup: int, device: str) -> StepTiming:
-    """Forward + loss + backward + optimiser step on each batch; the first ``warmup`` are not timed."""
-    import torch
+class TrainingStepper:
+    """One model's training step outside a Trainer, timed: forward + loss + backward + optimiser step."""
 
-    module.to(device)
-    module.train()
-    optimizer = module.make_optimizer()
-    without_trainer(module, optimizer)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i, batch in enumerate(batches):
-        synchronize(device)
+    def __init__(self, name: str, module, batches: list, device: str):
+        module.to(device)
+        module.train()
+        self.optimizer = module.make_optimizer()
+        without_trainer(module, self.optimizer)
+        self.name, self.module, self.batches, self.device = name, module, batches, device
+        self.times: list[float] = []
+        self.peak_mib: float | None = None
+
+    def step(self, i: int, timed: bool) -> None:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        synchronize(self.device)
         started = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device):
-            loss = module.training_step(batch, i)
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(self.device):
+            loss = self.module.training_step(self.batches[i], i)
         loss.backward()
-        optimizer.step()
-        synchronize(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - started)
-    pairs = [b.pair_image.numel() if name in CROSS else b.pair_image.shape[0] for b in batches]
-    return StepTiming(seconds=statistics.median(times), seconds_all=[round(t, 4) for t in times],
-                      round_seconds=[round(statistics.median(times), 4)],
-                      pairs_per_step=statistics.mean(pairs),
-                      params_m=sum(p.numel() for p in module.parameters()) / 1e6,
-                      peak_mib=torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None)
+        self.optimizer.step()
+        synchronize(self.device)
+        if timed:
+            self.times.append(time.perf_counter() - started)
+        if self.device == "cuda":
+            self.peak_mib = max(self.peak_mib or 0.0, torch.cuda.max_memory_allocated() / 2**20)
+
+    def timing(self) -> StepTiming:
+        pairs = [b.pair_image.numel() if self.name in CROSS else b.pair_image.shape[0] for b in self.batches]
+        return StepTiming(seconds=statistics.median(self.times), seconds_all=[round(t, 4) for t in self.times],
+                          pairs_per_step=statistics.mean(pairs),
+                          params_m=sum(p.numel() for p in self.module.parameters()) / 1e6, peak_mib=self.peak_mib)
 
 
 @dataclass
@@ -324,14 +323,13 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
         hw = f"{m['gpu']} (bf16 autocast); host {hw}"
     lines = [SECTION, "",
              f"`{command}` on {hw}. Load average {info['load'][0]:.1f} at start and {info['load'][1]:.1f} at the "
-             "end" + (": other jobs shared the CPU, so step times are upper bounds." if max(info["load"]) > 1.5
-                      and m["device"] == "cpu" else "."), "",
+             "end (1-minute averages: they include what ran just before and the benchmark's own threads).", "",
              (f"Generated world ({args.world_images:,} images), preset `{args.preset}` (CLIP: "
              f"`{CLIP_PRESET[args.preset]}`), batch {args.batch_size} positives x (1 + "
              f"{info['negatives']}) pairs, {info['regions']} regions (global + up to {args.max_regions}) of "
-             f"{info['region_dim']}-d features. Training: {args.rounds} rounds in which the models take turns, "
-             f"each model {args.warmup} warm-up and {args.steps} timed steps per round on the same batches; "
-             f"s / step is the median of all timed steps. Evaluation: {info['eval_images']} test images x "
+             f"{info['region_dim']}-d features. Training: {args.rounds} passes over {args.warmup} warm-up and "
+             f"{args.steps} timed batches, every model's step on a batch back to back with the others'; s / step "
+             f"is the median of a model's timed steps. Evaluation: {info['eval_images']} test images x "
              f"{info['eval_captions']} captions."), "",
              "| model | params | pairs per step (loss) | s / step | eval pairs/s | eval path |",
              "|---|---|---|---|---|---|"]
@@ -344,10 +342,11 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
                      f"| {LABEL[name]} | {t.params_m:.1f}M | {t.pairs_per_step:,.0f} | {t.seconds:.3f} | | |")
     lines.append("")
     if ratio is not None:
-        per_round = ", ".join(f"{c / f:.2f}" for c, f in zip(train["composer"].round_seconds,
-                                                             train["flat"].round_seconds))
-        lines.append(f"Step time COMPOSER / flat at the same width, depth, batch and pairs: **{ratio:.2f}**, the "
-                     f"median of the rounds' ratios ({per_round}) "
+        ratios = sorted(c / f for c, f in zip(train["composer"].seconds_all, train["flat"].seconds_all))
+        q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+        lines.append(f"Training time COMPOSER / flat at the same width, depth, batch and pairs: **{ratio:.2f}**, "
+                     f"total over {len(ratios)} timed steps, each COMPOSER step back to back with the flat model's "
+                     f"on the same batch (per-step ratios: quartiles {q1:.2f}-{q3:.2f}) "
                      f"(target <= {TARGET_RATIO}; Table 6's FLOPs ratio COMPOSER / ViLBERT is "
                      f"{PAPER_GFLOPS['composer']}G / {PAPER_GFLOPS['vilbert']}G = "
                      f"{PAPER_GFLOPS['composer'] / PAPER_GFLOPS['vilbert']:.2f}).")
@@ -382,8 +381,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="timed training steps (the median is reported)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed training steps before them")
     ap.add_argument("--rounds", type=int, default=3,
-                    help="the models take turns this many times (each: --warmup + --steps); the ratio is the "
-                         "median of the rounds' ratios")
+                    help="passes over the --warmup + --steps batches, the models taking turns step by step")
     ap.add_argument("--eval-images", type=int, default=100, help="test images scored (x their 5 captions)")
     ap.add_argument("--eval-max-pairs", type=int, default=4096, help="pairs per cross-scoring chunk")
     ap.add_argument("--max-regions", type=int, default=14,
@@ -448,17 +446,17 @@ def main(argv=None) -> int:
     modules = {name: build_module(name, args.preset, region_dim) for name in names}
     on_device = {name: [modules[name].transfer_batch_to_device(b, torch.device(args.device), 0) for b in cpu_batches]
                  for name in names}
-    rounds: dict[str, list[StepTiming]] = {name: [] for name in names}
+    steppers = {name: TrainingStepper(name, modules[name], on_device[name], args.device) for name in names}
     for r in range(args.rounds):
-        for name in names:
-            t = time_training(name, modules[name], on_device[name], args.warmup, args.device)
-            rounds[name].append(t)
-            print(f"round {r + 1}/{args.rounds}, {LABEL[name]}: {t.seconds:.3f} s/step (median of {args.steps}; "
-                  f"all {t.seconds_all})", flush=True)
+        for i in range(n_batches):
+            for name in names:  # every model's step on a batch, back to back
+                steppers[name].step(i, timed=i >= args.warmup)
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{LABEL[n]} {statistics.median(steppers[n].times[-args.steps:]):.3f} s/step" for n in names), flush=True)
     del on_device
     for name in names:
+        train[name] = t = steppers.pop(name).timing()
         module = modules.pop(name)
-        train[name] = t = merge_rounds(rounds[name])
         print(f"{LABEL[name]}: {t.params_m:.1f}M parameters, {t.pairs_per_step:,.0f} pairs per step, "
               f"{t.seconds:.3f} s/step (median of {len(t.seconds_all)} steps in {args.rounds} rounds)"
               + (f", peak {t.peak_mib:,.0f} MiB" if t.peak_mib is not None else ""))
@@ -474,7 +472,7 @@ def main(argv=None) -> int:
 
     ratio = step_ratio(train["composer"], train["flat"]) if {"composer", "flat"} <= set(train) else None
     if ratio is not None:
-        print(f"COMPOSER / flat step time: {ratio:.2f} (target <= {TARGET_RATIO}; paper FLOPs ratio "
+        print(f"COMPOSER / flat training time: {ratio:.2f} (target <= {TARGET_RATIO}; paper FLOPs ratio "
               f"{PAPER_GFLOPS['composer'] / PAPER_GFLOPS['vilbert']:.2f})")
     if work is not None:
         print(f"COMPOSER work per pair: {work['ct_items_per_pair']:.2f} CT items "

@@ -122,7 +122,9 @@ def main() -> int:
     args = ap.parse_args()
     workers = args.workers or os.cpu_count() or 1
 
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
+    from composer.hardware import cpu_model
+
+    machine = f"{cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}"
     load = os.getloadavg()[0]
     print(f"machine: {machine}; load average at start {load:.1f}")
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
@@ -145,12 +147,12 @@ def main() -> int:
           f"workers; load average {load:.1f} -> {load_end:.1f}")
 
     main_us = sum(v for k, v in share.items() if k not in ("generation, one process", "regions per image"))
-    shared = ": other jobs shared the two cores, so these are lower bounds." if max(load, load_end) > 1.5 else "."
     per_image = ", ".join(f"{k} {v:,.0f} us" for k, v in share.items() if k != "regions per image")
     lines = [
         SECTION, "",
-        f"`python benchmarks/bench_world.py` (defaults), 2-core x86_64 CPU, no GPU ({machine}). Load average "
-        f"{load:.1f} at start and {load_end:.1f} at the end{shared}", "",
+        f"`python benchmarks/bench_world.py` (defaults) on {machine}, no GPU. Load average {load:.1f} at start and "
+        f"{load_end:.1f} at the end (1-minute averages: they include what ran just before and the benchmark's own "
+        f"processes).", "",
         f"`features.world.generate.generate_world` with the default `GenerateConfig` ({args.images:,} images, 5 "
         f"captions each, {share['regions per image']:.1f} regions x 256 float16 per image, 24 PNGs), {workers} worker "
         f"processes, median of {args.repeats} runs:", "",
