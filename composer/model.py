@@ -191,7 +191,9 @@ class Composer(nn.Module):
         if ph_pos.shape[1]:  # the modulator's placeholder-only work, once per predicate
             ph_terms = self.modulator.placeholder_terms(
                 pt_states.gather(1, ph_pos[..., None].expand(-1, -1, D)))       # each (P', A, D)
-        lengths = tmask.sum(1)                                                  # (P',)
+        # each composed item's template length, where the programs live (CPU: no device sync per level)
+        item_length = programs.template_tokens.mask.sum(1)[
+            programs.subtree_predicate[plan.work_subtree[composed]]]             # (Wc,)
 
         for lvl in range(1, plan.num_levels):
             items = plan.level(lvl)
@@ -199,7 +201,7 @@ class Composer(nn.Module):
                 continue
             table = torch.cat(outputs)                                          # (W_<lvl, D)
             p = inv_preds[items.start - composed.start: items.stop - composed.start]  # (n,)
-            t = int(lengths[p].max())                                           # this level's longest template
+            t = int(item_length[items.start - composed.start: items.stop - composed.start].max())  # longest here
             seq = pt_states[p, :t]                                              # (n, t, D)
             if ph_pos.shape[1]:
                 kids = work_children[items]                                     # (n, A)
