@@ -1,6 +1,6 @@
 """COMPOSER's parameters and FLOPs at the paper's sizes, against Table 6 (and the flat baseline).
 
-    python benchmarks/count_composer.py    # prints the table of docs/composer.md (a few minutes on 2 cores)
+    python benchmarks/count_composer.py    # the table of docs/composer.md (about 15 minutes on 2 cores)
 
 Parameters are counted on the meta device (nothing allocated, nothing downloaded: random init, MiniLM's
 uncased WordPiece vocabulary, which is bert-base-uncased's). FLOPs come from ``torch.utils.flop_counter``
@@ -100,7 +100,7 @@ def pair_gflops(cfg, programs, regions: int, model: str = "composer") -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "data" / "flickr30k" / "captions.jsonl"))
-    ap.add_argument("--captions", type=int, default=30, help="test captions the FLOPs are averaged over")
+    ap.add_argument("--captions", type=int, default=100, help="test captions the FLOPs are averaged over")
     ap.add_argument("--regions", type=int, default=100, help="regions per image (Appendix C: up to 100)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
