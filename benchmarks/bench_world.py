@@ -123,6 +123,7 @@ def main() -> int:
     workers = args.workers or os.cpu_count() or 1
 
     from composer.hardware import cpu_model
+    from features.world.generate import SCENES_GZIP_LEVEL, STORE_COMMIT_EVERY
 
     machine = f"{cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}"
     load = os.getloadavg()[0]
@@ -162,16 +163,22 @@ def main() -> int:
         f"{cost:,.0f} | {2e6 / cost:,.0f} |",
         f"| generation only: the same worker pool, results dropped | {gen_rate:,.0f} | {gen_cost:,.0f} | "
         f"{2e6 / gen_cost:,.0f} |", "",
-        "CPU-us per image counts the CPU time of the main process and the workers, so it does not depend on what "
-        "else runs; 2e6 / (CPU-us per image) is what two otherwise idle cores deliver at most.", "",
+        "CPU-us per image counts the CPU time of the main process and the workers; 2e6 / (CPU-us per image) is "
+        "what two otherwise idle cores deliver at most. It is not a fixed cost: this virtual machine's two cores "
+        "slow each other down (two single-threaded processes at once take ~1.4x the CPU time of one), and "
+        "repeated runs minutes apart vary by 10-20 %.", "",
         f"Per image, measured in one process on {args.sample:,} images: {per_image}. The main process thus spends "
         f"~{main_us:,.0f} us per image (workers serialise captions and scenes to JSON lines, convert features to "
         f"float16 and render the PNGs), against ~{share['generation, one process']:,.0f} us of generation in a "
-        "worker. The store writes one block per commit (two HDF5 datasets per 256 images, not two per image); the "
-        "scene graphs stay gzipped at level 9 so that the files keep their bytes.", "",
-        "Before (store format 1: two HDF5 datasets per image; the main process serialised every scene and unpickled "
-        "`Scene` objects), the same 20,000-image run gave ~550 images/s at load average ~4.3 and cost ~1,900 CPU-us "
-        "per image (two free cores: at most ~1,050 images/s).", ""]
+        "worker. The store takes each chunk in one `add_many` and commits every "
+        f"{STORE_COMMIT_EVERY:,} images (a commit costs ~17 ms); the scene graphs are gzipped at level "
+        f"{SCENES_GZIP_LEVEL}. The detector's matrix products run on one BLAS thread: with OpenBLAS's default "
+        "of a thread per core, two workers oversubscribed the cores (and the features changed with the core "
+        "count).", "",
+        "History on this machine: ~550 images/s with store format 1 (two HDF5 datasets per image); 1,731 "
+        "images/s (1,129 CPU-us per image) before 2026-11-21's changes (relations in one pass, cheaper caption "
+        "sampling, detector codes once per distinct row, one BLAS thread, `add_many`, fewer commits, gzip "
+        "level 3).", ""]
     text = "\n".join(lines)
     if not args.no_docs:
         update_docs(text)
