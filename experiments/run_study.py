@@ -66,6 +66,7 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--jobs", type=int, help="runs trained at a time, in worker processes of one core share each "
                                              "(default: the profile's; cpu: 2)")
     ap.add_argument("--accelerator", default="auto", help="Lightning accelerator (default: GPU when available)")
+    ap.add_argument("--precision", default=None, help="Lightning precision (default: bf16-mixed on GPU, 32 on CPU)")
     ap.add_argument("--keep-weights", action="store_true", help="save each run's model weights (model.pt)")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild results.json, tables and plots from the finished runs; train nothing")
@@ -337,12 +338,12 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
 
     from composer.phrase_retrieval import evaluate_phrase_retrieval
     from composer.study_eval import hard_negative_accuracy, sentence_retrieval
+    from experiments.train_composer import training_precision  # the training scripts' choice, the same way
 
     module, dm, configs, max_epochs, max_steps = build_run(run, seed, profile, out)
-    gpu = torch.cuda.is_available() and args.accelerator in ("auto", "gpu", "cuda")
     trainer = L.Trainer(
         default_root_dir=out, max_epochs=max_epochs, max_steps=max_steps, accelerator=args.accelerator, devices=1,
-        precision="bf16-mixed" if gpu else "32-true", logger=CSVLogger(out, name="logs"),
+        precision=training_precision(args), logger=CSVLogger(out, name="logs"),
         enable_checkpointing=False, limit_val_batches=0, num_sanity_val_steps=0, enable_progress_bar=False,
         enable_model_summary=False, log_every_n_steps=profile.log_every_n_steps,
         gradient_clip_val=module.optim.grad_clip or None)
