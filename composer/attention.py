@@ -81,9 +81,11 @@ class _Attention(nn.Module):
         return x.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, H, T, hs)
 
     def forward(self, hidden: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor | None,
-                key_index: torch.Tensor | None = None) -> torch.Tensor:
+                key_index: torch.Tensor | None = None, own_keys: torch.Tensor | None = None,
+                own_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``key_index`` (B,): ``keys`` (I, K, De) and ``key_mask`` (I, K) are shared, row b attending to
-        ``keys[key_index[b]]``; they are projected once per row of ``keys`` and then gathered."""
+        ``keys[key_index[b]]``; they are projected once per row of ``keys`` and then gathered.
+        ``own_keys`` (B, S, De) with ``own_mask`` (B, S): each row's own keys, placed before those."""
         B, T, _ = hidden.shape
         q = self._heads(self.self.query(hidden))                 # (B, H, T, hs)
         k = self._heads(self.self.key(keys))                     # (B, H, K, hs), or (I, H, K, hs)
@@ -91,6 +93,10 @@ class _Attention(nn.Module):
         if key_index is not None:
             k, v = k[key_index], v[key_index]                    # (B, H, K, hs)
             key_mask = None if key_mask is None else key_mask[key_index]  # (B, K)
+        if own_keys is not None:
+            k = torch.cat([self._heads(self.self.key(own_keys)), k], dim=2)      # (B, H, S + K, hs)
+            v = torch.cat([self._heads(self.self.value(own_keys)), v], dim=2)    # (B, H, S + K, hs)
+            key_mask = torch.cat([own_mask, key_mask], dim=1)                    # (B, S + K)
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, K), True = attend
         with _short_sequence_kernel(q.device, T, k.shape[2]):
             ctx = F.scaled_dot_product_attention(
@@ -149,7 +155,8 @@ class TransformerLayer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None, *,
                 encoder_states: torch.Tensor | None = None, encoder_mask: torch.Tensor | None = None,
-                encoder_index: torch.Tensor | None = None) -> torch.Tensor:
+                encoder_index: torch.Tensor | None = None, own_states: torch.Tensor | None = None,
+                own_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Update ``hidden``.
 
         Args:
@@ -161,6 +168,8 @@ class TransformerLayer(nn.Module):
             encoder_index: (B,) long, optional: ``encoder_states`` (I, K, De) and ``encoder_mask`` (I, K) are
                 shared, row b reading entry ``encoder_index[b]`` (many queries on few images: the keys and
                 values are projected once per image).
+            own_states: (B, S, De) optional cross-attention keys and values of each row itself, attended
+                together with (before) its encoder states; own_mask: (B, S) bool, True = attend.
 
         Returns:
             (B, T, D) updated states.
@@ -168,7 +177,7 @@ class TransformerLayer(nn.Module):
         if encoder_states is None:
             attended = self.attention(hidden, hidden, mask)
         else:
-            attended = self.attention(hidden, encoder_states, encoder_mask, encoder_index)
+            attended = self.attention(hidden, encoder_states, encoder_mask, encoder_index, own_states, own_mask)
         return self.output(self.intermediate(attended), attended)
 
 

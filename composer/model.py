@@ -229,4 +229,4 @@ class Composer(nn.Module):
             return self.primitive_encoder(word_emb, word_mask)[inv]            # (W0, D)
         visual = self.primitive_encoder.embed_visual(regions, geometry)        # (I, R, D)
         img = plan.work_image[prim].to(device)
-        return self.primitive_encoder(word_emb[inv], word_mask[inv], visual[img], region_mask[img])  # (W0, D)
+        return self.primitive_encoder(word_emb[inv], word_mask[inv], visual, region_mask, item_image=img)  # (W0, D)

@@ -55,14 +55,17 @@ class PrimitiveEncoder(nn.Module):
         return self.visual(regions, geometry)
 
     def forward(self, words: torch.Tensor, word_mask: torch.Tensor, visual: torch.Tensor | None = None,
-                visual_mask: torch.Tensor | None = None) -> torch.Tensor:
+                visual_mask: torch.Tensor | None = None, item_image: torch.Tensor | None = None) -> torch.Tensor:
         """Ground B (primitive, image) pairs.
 
         Args:
             words: (B, S, D) sub-word embeddings of each pair's primitive.
             word_mask: (B, S) bool, True = real sub-word.
-            visual: (B, R, D) the pair's image from :meth:`embed_visual` (ignored without CrossAtt).
-            visual_mask: (B, R) bool, True = real region.
+            visual: (B, R, D) the pair's image from :meth:`embed_visual` (ignored without CrossAtt), or
+                with ``item_image`` the images themselves, (I, R, D).
+            visual_mask: (B, R) bool, True = real region; (I, R) with ``item_image``.
+            item_image: (B,) long, optional: each pair's image (rows of ``visual``), whose regions are
+                then projected to keys and values once per image rather than once per pair.
 
         Returns:
             (B, D) one vector per pair.
@@ -72,7 +75,7 @@ class PrimitiveEncoder(nn.Module):
         if visual is None or visual_mask is None:
             raise ValueError("the primitive CrossAtt needs the image: pass visual and visual_mask "
                              "(or build the model with primitive_cross_attention=False)")
-        keys = torch.cat([words, visual], dim=1)               # (B, S + R, D)
-        key_mask = torch.cat([word_mask, visual_mask], dim=1)  # (B, S + R)
-        out = self.layer(words, encoder_states=keys, encoder_mask=key_mask)  # (B, S, D)
+        # keys and values: [sub-words; regions], (B, S + R, D)
+        out = self.layer(words, encoder_states=visual, encoder_mask=visual_mask, encoder_index=item_image,
+                         own_states=words, own_mask=word_mask)    # (B, S, D)
         return masked_mean(out, word_mask)

@@ -173,6 +173,11 @@ def test_primitive_encoder_grounds_in_the_image_and_ignores_padding(cfg):
     torch.testing.assert_close(enc(noisy_words, word_mask, enc.embed_visual(noisy_regions, geometry), vmask), out)
     other = enc(words, word_mask, enc.embed_visual(regions + 1, geometry), vmask)
     assert not torch.allclose(other, out)
+    # per-image form: the regions of 3 images, each pair reading its own
+    img = torch.tensor([2, 0, 1, 1, 0])
+    per_image = enc.embed_visual(regions[:3], geometry[:3])               # (3, R, D)
+    torch.testing.assert_close(enc(words, word_mask, per_image, vmask[:3], item_image=img),
+                               enc(words, word_mask, per_image[img], vmask[:3][img]))
 
 
 def test_primitive_encoder_without_crossatt_is_the_mean_of_sub_words():
