@@ -1,8 +1,11 @@
 """Named datasets for ``--data NAME``: where the captions and features are, and which splits to use.
 
 * ``world`` -- the generated world (the offline default). Generated on first use into
-  ``$GC_DATA_DIR/world-s{seed}-n{num_images}`` (default ``~/.cache/grounded_composer/data``), then
-  reused; same seed, same files.
+  ``$GC_DATA_DIR/world-v{version}-{split}-s{seed}-n{num_images}`` (default ``~/.cache/grounded_composer/data``),
+  then reused; same seed, same files. ``world_split="compositional"`` (default) holds compounds out of
+  training (docs/world.md): the model trains on ``train``, validates on ``val``, is tested in-domain on
+  ``test_iid`` and, as extra evaluation sets, on ``test_systematic`` (held-out combinations) and
+  ``test_productivity`` (longer captions). ``world_split="random"`` is the earlier i.i.d. 80/10/10 split.
 * ``f30k`` -- Flickr30K, Karpathy splits (train / val / test = 29,000 / 1,014 / 1,000 images). Captions
   default to ``../shared/data/flickr30k/captions.jsonl`` when present; features must be given
   (``--features STORE``, see docs/features.md).
@@ -17,11 +20,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DatasetSpec", "resolve_dataset", "DATASETS", "data_root", "exact_truth"]
+__all__ = ["DatasetSpec", "resolve_dataset", "DATASETS", "WORLD_SPLITS", "data_root", "exact_truth", "world_dir"]
 
 _REPO = Path(__file__).resolve().parents[1]
 _SHARED = _REPO.parent / "shared" / "data"
 DATASETS = ("world", "f30k", "coco")
+WORLD_SPLITS = ("compositional", "random")  # how the generated world's images are split
 
 
 @dataclass
@@ -33,6 +37,8 @@ class DatasetSpec:
         captions: caption corpus (any format :func:`crg.read_corpus` reads).
         features: feature store (``.h5``), or ``None`` when not available yet.
         train_splits, val_splits, test_splits: split labels of each role.
+        eval_splits: further evaluation sets beyond ``test`` (name -> split labels), scored after
+            training beside it, e.g. the compositional world's ``systematic`` and ``productivity``.
         world_dir: for the generated world, its directory (scene graphs for exact truth).
     """
 
@@ -42,6 +48,7 @@ class DatasetSpec:
     train_splits: tuple[str, ...] = ("train",)
     val_splits: tuple[str, ...] = ("val",)
     test_splits: tuple[str, ...] = ("test",)
+    eval_splits: dict[str, tuple[str, ...]] = field(default_factory=dict)
     world_dir: Path | None = None
     extra: dict = field(default_factory=dict)
 
@@ -69,17 +76,36 @@ def data_root() -> Path:
     return Path(root)
 
 
+def world_dir(world_images: int, world_seed: int = 0, world_split: str = "compositional") -> Path:
+    """Where ``--data world`` lives; the generator's version is in the name, so a world of an older
+    generator is never taken for today's."""
+    from features.world.generate import WORLD_VERSION
+
+    if world_split not in WORLD_SPLITS:
+        raise ValueError(f"world_split must be one of {WORLD_SPLITS}, got {world_split!r}")
+    return data_root() / f"world-v{WORLD_VERSION}-{world_split}-s{world_seed}-n{world_images}"
+
+
 def resolve_dataset(name: str, *, captions: str | Path | None = None, features: str | Path | None = None,
-                    world_images: int = 4000, world_seed: int = 0, progress: bool = True) -> DatasetSpec:
+                    world_images: int = 4000, world_seed: int = 0, world_split: str = "compositional",
+                    progress: bool = True) -> DatasetSpec:
     """Resolve ``--data NAME`` (plus optional ``--captions`` / ``--features`` overrides)."""
     if name == "world":
+        from features.world.compositional import CompositionalConfig
         from features.world.generate import GenerateConfig, generate_world
 
-        out = data_root() / f"world-s{world_seed}-n{world_images}"
+        out = world_dir(world_images, world_seed, world_split)
+        compositional = world_split == "compositional"
         if not (out / "world.json").exists():
-            generate_world(out, GenerateConfig(num_images=world_images, seed=world_seed), progress=progress)
-        return DatasetSpec("world", Path(captions or out / "captions.jsonl"), Path(features or out / "features.h5"),
+            generate_world(out, GenerateConfig(num_images=world_images, seed=world_seed,
+                                               compositional=CompositionalConfig() if compositional else None),
+                           progress=progress)
+        spec = DatasetSpec("world", Path(captions or out / "captions.jsonl"), Path(features or out / "features.h5"),
                            world_dir=out)
+        if compositional:
+            spec.test_splits = ("test_iid",)
+            spec.eval_splits = {"systematic": ("test_systematic",), "productivity": ("test_productivity",)}
+        return spec
     if name == "f30k":
         default = _SHARED / "flickr30k" / "captions.jsonl"
         caps = Path(captions) if captions else default

@@ -9,6 +9,7 @@ import logging
 from composer.factory import PRESETS
 from composer.training.fit import TrainerOptions
 from composer.training.recipes import RecipeOverrides
+from features.catalog import WORLD_SPLITS
 
 __all__ = ["add_data_arguments", "add_training_arguments", "configure_logging", "recipe_overrides",
            "train_and_print", "trainer_options"]
@@ -39,6 +40,9 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--max-regions", type=int, help="detector regions per image (paper: 100)")
     group.add_argument("--eval-images", type=int, help="images of the val / test retrieval sets (paper: 1,000)")
     group.add_argument("--world-images", type=int, help="size of the generated world for --data world")
+    group.add_argument("--world-split", choices=WORLD_SPLITS,
+                       help="--data world: compositional (default: compounds held out of training, tested in-domain, "
+                            "systematic and productivity) or random (an i.i.d. 80/10/10 split)")
     group.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     group.add_argument("--val-every", type=int, help="validate every N epochs (default 1; world: 3, i.e. at the end)")
     group.add_argument("--seed", type=int, default=0, help="seed of the weights, the batches and the negatives")
@@ -62,7 +66,7 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
     return RecipeOverrides(
         preset=args.preset, text_model=args.text_model, lr=args.lr, epochs=args.epochs, grad_clip=args.grad_clip,
         batch_size=args.batch_size, max_regions=args.max_regions, eval_images=args.eval_images,
-        world_images=args.world_images, captions=args.captions, features=args.features,
+        world_images=args.world_images, world_split=args.world_split, captions=args.captions, features=args.features,
         num_workers=args.num_workers, seed=args.seed, val_every=args.val_every, **model_specific)
 
 
@@ -77,7 +81,8 @@ def trainer_options(args) -> TrainerOptions:
 
 
 def train_and_print(recipe, args) -> int:
-    """Train ``recipe`` into ``--out`` with the command line's trainer options; print val and test."""
+    """Train ``recipe`` into ``--out`` with the command line's trainer options; print the test sets' and val's
+    reports, then the test sets side by side (in-domain, systematic, productivity: the generalisation gap)."""
     from composer.training.fit import train
     from crg.outputs import OutputDirError
 
@@ -85,5 +90,13 @@ def train_and_print(recipe, args) -> int:
         results = train(recipe, trainer_options(args), args.out)
     except OutputDirError as err:
         raise SystemExit(f"error: {err}") from None
-    print(json.dumps({k: results[k] for k in ("test", "val") if k in results}, indent=2))
+    from composer.evaluation.sentence_retrieval import format_retrieval_table
+
+    shown = ("test", "systematic", "productivity", "val")
+    # the ceilings are in the table below and in results.json
+    print(json.dumps({k: {f: v for f, v in results[k].items() if f != "ceilings"} for k in shown if results.get(k)},
+                     indent=2))
+    table = format_retrieval_table({k: results[k] for k in shown[:-1] if results.get(k)})
+    if table:
+        print("\ntext-to-image retrieval, test sets (" + str(args.out) + "/results.json):\n" + table)
     return 0

@@ -31,11 +31,12 @@ import torch
 from composer.evaluation.eval_sets import load_eval_data
 from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
 from composer.evaluation.rerank import shortlist_and_rerank
-from composer.evaluation.sentence_retrieval import sentence_retrieval_report
+from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
 from composer.program import ConceptProgram
 from composer.provenance import git_sha
 from composer.retrieval import score_matrix
 from crg.outputs import write_bytes_atomic, write_text_atomic
+from features.catalog import WORLD_SPLITS
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +51,16 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--captions", help="caption corpus (overrides the dataset's)")
     ap.add_argument("--features", help="feature store .h5 (required for f30k / coco / files outside the world)")
     ap.add_argument("--split", default="test",
-                    help="train | val | test (the dataset's labels for that role) | all | comma-separated labels "
-                         "(default test; 'all' for an MCD split file)")
+                    help="train | val | test (the dataset's labels for that role) | systematic | productivity (the "
+                         "compositional world's further test sets) | all | comma-separated labels (default test; "
+                         "'all' for an MCD split file)")
     ap.add_argument("--eval-images", type=int, default=1000, help="candidate images (default 1000, as the paper)")
     ap.add_argument("--max-regions", type=int, help="regions per image (default: the run's, from its results.json; "
                                                     "else 100)")
     ap.add_argument("--world-images", type=int, help="size of the generated world for --data world (default: the "
                                                      "run's, from its results.json; else 4000)")
+    ap.add_argument("--world-split", choices=WORLD_SPLITS, help="--data world: compositional or random (default: "
+                                                                "the run's, from its results.json; else compositional)")
     ap.add_argument("--world-dir", help="a generated world's directory, for exact truth when --data is a file of it")
     ap.add_argument("--parser", default="spacy", help="constituency parser for the CRG (default spacy)")
     ap.add_argument("--parser-model", help="parser model name or path")
@@ -143,8 +147,11 @@ def load(args):
         run = loaded.run_data or {}
         max_regions = args.max_regions or run.get("max_regions") or 100
         world_images = args.world_images or run.get("world_images") or 4000
+        # a run without the field predates the compositional default: its world had the random split
+        world_split = args.world_split or run.get("world_split") or ("random" if run else "compositional")
         data = load_eval_data(args.data, split=args.split, captions=args.captions, features=args.features,
                               eval_images=args.eval_images, max_regions=max_regions, world_images=world_images,
+                              world_split=world_split,
                               world_dir=args.world_dir, parser=args.parser, parser_model=args.parser_model,
                               device=device, progress=not args.quiet)
     except FileNotFoundError as err:
@@ -185,9 +192,19 @@ def main(argv=None) -> int:
                            max_pairs=args.max_pairs, progress=not args.quiet,
                            caption_labels=[data.graph.caption_texts[c] for c in data.captions],
                            image_labels=data.image_ids)
-        report = sentence_retrieval_report(res.scores, data.caption_image, seconds=res.seconds)
+        texts = [data.graph.caption_texts[c] for c in data.captions]
+        positives = data.truth.positives(texts, data.image_ids) if data.truth is not None else None
+        oracles = data.truth.oracle_scores(texts, data.image_ids) if data.truth is not None else None
+        eval_set = SentenceRetrievalSet(args.split, data.image_ids, programs, data.caption_image, lambda: None,
+                                        positives=positives,
+                                        ceilings=None if oracles is None else ceiling_reports(
+                                            oracles, data.caption_image, positives))
+        report = eval_set.report(res.scores, seconds=res.seconds)
         results["sentence"] = {**report["sentence"], **{k: report[k] for k in ("chance_R@1", "seconds",
                                                                              "pairs_per_second")}}
+        for key in ("sentence_any_true", "ceilings"):  # where the dataset knows its exact truth
+            if key in report:
+                results[key] = report[key]
         if args.save_scores:
             out = Path(args.save_scores)
             out.mkdir(parents=True, exist_ok=True)

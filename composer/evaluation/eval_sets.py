@@ -84,9 +84,10 @@ class EvalData:
 
 
 def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
-    """Split labels for ``split``: a role (``train``, ``val``, ``test``: the dataset's own labels for it),
-    ``all`` (None: every image) or comma-separated labels."""
-    roles = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits}
+    """Split labels for ``split``: a role (``train``, ``val``, ``test``: the dataset's own labels for it, or a
+    further evaluation set such as the compositional world's ``systematic``), ``all`` (None: every image) or
+    comma-separated labels."""
+    roles = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits, **spec.eval_splits}
     if split in roles:
         return tuple(roles[split])
     if split == "all":
@@ -99,7 +100,7 @@ def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
 
 def load_eval_data(data: str, *, split: str = "test", captions: str | None = None, features: str | None = None,
                    eval_images: int = 1000, max_regions: int = 100, world_images: int = 4000,
-                   world_dir: str | Path | None = None, parser: str = "spacy", parser_model: str | None = None,
+                   world_split: str = "compositional", world_dir: str | Path | None = None, parser: str = "spacy", parser_model: str | None = None,
                    device: str | torch.device = "cpu", progress: bool = False, prune_probability: float = 0.0,
                    prune_seed: int = 0) -> EvalData:
     """Load an evaluation set (see the module docstring).
@@ -120,7 +121,7 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
     from features.store import FeatureStore
 
     spec = resolve_dataset(data, captions=captions, features=features, world_images=world_images,
-                           progress=progress)
+                           world_split=world_split, progress=progress)
     splits = resolve_splits(spec, split)
     graph, _ = get_or_build_graph(spec.captions, splits, parser_name=parser, parser_model=parser_model,
                                   progress=progress, prune_probability=prune_probability, prune_seed=prune_seed)

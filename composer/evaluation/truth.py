@@ -33,3 +33,11 @@ class ExactTruth(Protocol):
 
     def picture(self, image_id: str):
         """The image as a ``PIL.Image`` where the dataset can draw it, else None."""
+
+    def positives(self, texts: Sequence[str], image_ids: Sequence[str]) -> np.ndarray | None:
+        """``(C, I)`` bool: whether each text is true of each image (multi-positive retrieval); None if any
+        text is outside the truth's language."""
+
+    def oracle_scores(self, texts: Sequence[str], image_ids: Sequence[str]) -> dict[str, np.ndarray] | None:
+        """``{oracle name: (C, I) scores}`` of the dataset's oracles (ties kept), the ceilings printed beside
+        a model's retrieval; None if the dataset has none or a text is outside its language."""

@@ -37,6 +37,10 @@ __all__ = ["EvalSets", "StudyOptions", "run_study", "build_run", "check_study_di
            "run_recipe", "run_tasks",
            "spawn_workers", "train_and_evaluate", "write_report"]
 
+# The study still runs on the world's random (i.i.d.) split, as when its results were measured; issue 17
+# moves it to the compositional splits (held-out compounds, docs/world.md).
+STUDY_WORLD_SPLIT = "random"
+
 logger = logging.getLogger(__name__)
 
 TABLES_DIR, PLOTS_DIR = "tables", "plots"
@@ -109,12 +113,13 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset
 
-    spec = resolve_dataset("world", world_images=profile.world_images)
+    spec = resolve_dataset("world", world_images=profile.world_images, world_split=STUDY_WORLD_SPLIT)
     logger.info("world: %s", spec.world_dir)
     mcd = make_mcd_windows(profile, spec.captions, out / "data" / "mcd")
 
     test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), progress=False)
-    dm = CompositionDataModule(DataConfig(data="world", world_images=profile.world_images))
+    dm = CompositionDataModule(DataConfig(data="world", world_images=profile.world_images,
+                                          world_split=STUDY_WORLD_SPLIT))
     dm.graphs["test"] = test_graph
     chosen = dm.eval_set("test", profile.hn_images)
     captions = [(test_graph.image_ids[test_graph.caption_image[c]], test_graph.caption_texts[c])
@@ -186,7 +191,8 @@ class EvalSets:
 
         return self._get(("test", prune, max_regions), lambda: load_eval_data(
             "world", split="test", eval_images=self.profile.eval_images, max_regions=max_regions,
-            world_images=self.profile.world_images, prune_probability=prune, prune_seed=PRUNE_SEED))
+            world_images=self.profile.world_images, world_split=STUDY_WORLD_SPLIT, prune_probability=prune,
+            prune_seed=PRUNE_SEED))
 
     def split_file(self, path: str, num_images: int, prune: float, max_regions: int):
         from composer.evaluation.eval_sets import load_eval_data
@@ -208,7 +214,7 @@ class EvalSets:
 def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecipe:
     """The world's named recipe of ``run.model`` with the profile's sizes and the run's typed overrides."""
     overrides = dict(run.overrides)
-    sizes: dict = {"seed": seed, "world_images": profile.world_images, "eval_images": profile.eval_images,
+    sizes: dict = {"seed": seed, "world_images": profile.world_images, "world_split": STUDY_WORLD_SPLIT, "eval_images": profile.eval_images,
                    "num_workers": profile.num_workers, "prune_probability": run.prune, "prune_seed": PRUNE_SEED}
     if profile.max_regions is not None:
         sizes["max_regions"] = profile.max_regions

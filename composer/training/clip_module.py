@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from composer.baselines.clip import ClipConfig, ClipModel, agent_generator
-from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, sentence_retrieval_report
+from composer.evaluation.sentence_retrieval import SentenceRetrievalSet
 from composer.training.data import TrainBatch
 from composer.baselines.iterated_learning import (
     ILConfig,
@@ -245,8 +245,8 @@ class ClipModule(RetrievalModule):
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate_retrieval(self, eval_set: SentenceRetrievalSet) -> dict:
-        """Sentence-to-image R@1/5/10 by one matrix product of unit embeddings (each image and caption
+    def retrieval_scores(self, eval_set: SentenceRetrievalSet) -> tuple[np.ndarray, float]:
+        """``(scores (C, I), seconds)`` by one matrix product of unit embeddings (each image and caption
         encoded once; equal to cross-scoring with ``score_pairs``, which the tests check)."""
         regions, geometry, mask = (t.to(self.device) for t in eval_set.read_regions())
         was_training = self.model.training
@@ -257,7 +257,7 @@ class ClipModule(RetrievalModule):
             seconds = time.perf_counter() - started
         finally:
             self.model.train(was_training)
-        return sentence_retrieval_report(scores, eval_set.caption_image, seconds=seconds)
+        return scores.detach().float().cpu().numpy(), seconds
 
     # ------------------------------------------------------------------ §4.4: easy to learn
     def easy_to_learn_probe(self, batches, *, steps: int, lr: float | None = None, seed: int = 0) -> ProbeCurve:

@@ -22,10 +22,11 @@ import numpy as np
 import torch
 
 from composer.config import ComposerConfig, plain_config
-from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, score_sentence_retrieval
+from composer.evaluation.sentence_retrieval import SentenceRetrievalSet
 from composer.losses import MVSAScores, OrderScores, composer_loss
 from composer.modeling.composer import Composer
 from composer.negative_sampling import mvsa_scores
+from composer.retrieval import score_matrix
 from composer.training.data import CompositionDataModule, TrainBatch
 
 __all__ = ["OptimConfig", "ComposerModule", "RetrievalModule"]
@@ -65,7 +66,7 @@ class RetrievalModule(L.LightningModule):
     Subclasses set ``self.model`` (anything with :meth:`composer.modeling.composer.Composer.score_pairs`'s
     signature) and ``self.tokenizer``, and implement ``training_step``; they call
     :meth:`mark_trained` in it so that a checkpoint knows which batches were trained on. A model with a
-    faster way to score a whole set overrides :meth:`evaluate_retrieval`.
+    faster way to score a whole set overrides :meth:`retrieval_scores`.
 
     Retrieval: a validation (test) batch is a :class:`SentenceRetrievalSet`; the step keeps it, and at the
     epoch's end global rank 0 scores it (:meth:`evaluate_retrieval`) and broadcasts the report to the other
@@ -79,7 +80,7 @@ class RetrievalModule(L.LightningModule):
         self.optim = optim
         self.eval_max_pairs = eval_max_pairs
         self.seed = seed
-        self.results: dict = {}                                # "val" / "test" -> the last retrieval report
+        self.results: dict = {}                                # set name ("val", "test", ...) -> its last report
         self._retrieval_sets: dict[str, SentenceRetrievalSet] = {}  # kept by the steps until the epoch ends
 
     def mark_trained(self, batch_idx: int) -> None:
@@ -160,20 +161,33 @@ class RetrievalModule(L.LightningModule):
         report, failure = trainer.strategy.broadcast((report, None), src=0)
         if failure is not None:
             raise RuntimeError(f"{stage} retrieval failed on global rank 0: {failure}")
-        self.results[stage] = report
+        self.results[eval_set.name] = report  # "val", "test", or a further set's name ("systematic", ...)
         # equal on every process already; the max of equal values is exact, and a synced metric is what
         # Lightning expects of epoch-level logging under DDP
-        self.log_dict({f"{stage}/{k}": v for k, v in report["sentence"].items()}, batch_size=1, sync_dist=True,
-                      reduce_fx="max")
+        self.log_dict({f"{eval_set.name}/{k}": v for k, v in report["sentence"].items()}, batch_size=1,
+                      sync_dist=True, reduce_fx="max")
 
     @torch.no_grad()
     def evaluate_retrieval(self, eval_set: SentenceRetrievalSet) -> dict:
-        """Sentence-to-image R@1/5/10 of ``eval_set`` by full cross-scoring with ``self.model``
-        (:func:`composer.evaluation.sentence_retrieval.score_sentence_retrieval`), on this module's device."""
+        """The set's sentence-retrieval report (:meth:`SentenceRetrievalSet.report`: R@1/5/10, and where the
+        dataset knows its truth the any-true protocol and the oracle ceilings) of :meth:`retrieval_scores`."""
+        scores, seconds = self.retrieval_scores(eval_set)
+        return eval_set.report(scores, seconds=seconds)
+
+    @torch.no_grad()
+    def retrieval_scores(self, eval_set: SentenceRetrievalSet) -> tuple[np.ndarray, float]:
+        """``(scores (C, I), seconds)``: every caption on every image by full cross-scoring with ``self.model``
+        (:func:`composer.retrieval.score_matrix`), on this module's device, in eval mode. A model with a
+        faster way to score a whole set overrides this."""
         regions, geometry, mask = (t.to(self.device) for t in eval_set.read_regions())
-        return score_sentence_retrieval(self.model, self.tokenizer, regions, geometry, mask, eval_set.programs,
-                                        eval_set.caption_image, max_pairs=self.eval_max_pairs,
-                                        image_labels=eval_set.image_ids)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            res = score_matrix(self.model, regions, geometry, mask, list(eval_set.programs), self.tokenizer,
+                               max_pairs=self.eval_max_pairs, image_labels=eval_set.image_ids)
+        finally:
+            self.model.train(was_training)
+        return res.scores, res.seconds
 
 
 class ComposerModule(RetrievalModule):

@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from composer.evaluation.eval_sets import EvalImages, select_eval_images
-from composer.evaluation.sentence_retrieval import SentenceRetrievalSet
+from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
 from composer.program import ConceptProgram, ProgramBatch
 
 __all__ = ["DataConfig", "CompositionDataModule", "TrainBatch", "EvalImages", "EpochBatchSampler"]
@@ -53,6 +53,8 @@ class DataConfig:
         eval_images: images scored in validation/test retrieval (the paper's 1,000 images x 5 captions).
         parser, parser_model: the constituency parser for the CRG (``--parser``).
         world_images: size of the generated world for ``data=world``.
+        world_split: ``compositional`` (default: compounds held out of training, tested in-domain on
+            ``test_iid`` and on the ``systematic`` / ``productivity`` sets) or ``random`` (an i.i.d. split).
         prune_probability, prune_seed: build every split's CRG from parses whose branches are removed
             with this probability (the paper's Table 7, :func:`crg.extract.prune_tree`); 0 = the parser's trees.
     """
@@ -70,6 +72,7 @@ class DataConfig:
     parser: str = "spacy"
     parser_model: str | None = None
     world_images: int = 4000
+    world_split: str = "compositional"
     prune_probability: float = 0.0
     prune_seed: int = 0
 
@@ -187,8 +190,7 @@ class CompositionDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ setup
     def prepare_data(self) -> None:
         """Generate the world / build and cache the graphs once (no state kept here)."""
-        self.dataset_spec()
-        for role in ("train", "val", "test"):
+        for role in self.roles():
             self._graph(role)
 
     def dataset_spec(self):
@@ -197,13 +199,22 @@ class CompositionDataModule(L.LightningDataModule):
         from features.catalog import resolve_dataset
 
         return resolve_dataset(self.cfg.data, captions=self.cfg.captions, features=self.cfg.features,
-                               world_images=self.cfg.world_images)
+                               world_images=self.cfg.world_images, world_split=self.cfg.world_split)
+
+    def roles(self) -> tuple[str, ...]:
+        """``train``, ``val``, ``test`` and the dataset's further evaluation sets (``systematic``, ...)."""
+        return ("train", "val", "test", *self.dataset_spec().eval_splits)
+
+    def eval_roles(self) -> tuple[str, ...]:
+        """The dataset's further evaluation sets, scored after training beside ``test``."""
+        return tuple(self.dataset_spec().eval_splits)
 
     def _graph(self, role: str):
         from crg.graph_cache import get_or_build_graph
 
         spec = self.dataset_spec()
-        splits = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits}[role]
+        splits = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits,
+                  **spec.eval_splits}[role]
         graph, _ = get_or_build_graph(spec.captions, list(splits), parser_name=self.cfg.parser,
                                       parser_model=self.cfg.parser_model, progress=False,
                                       prune_probability=self.cfg.prune_probability, prune_seed=self.cfg.prune_seed)
@@ -219,7 +230,7 @@ class CompositionDataModule(L.LightningDataModule):
         store_path = spec.require_features()
         require_valid_store(store_path, read_corpus(spec.captions))
         self.store = FeatureStore(store_path)
-        for role in ("train", "val", "test"):
+        for role in self.roles():
             if role not in self.graphs:
                 self.graphs[role] = self._graph(role)
         g = self.graphs["train"]
@@ -314,8 +325,26 @@ class CompositionDataModule(L.LightningDataModule):
         ev = self.eval_set(role, max_images)
         graph = self.graphs[role]
         programs = [ConceptProgram.from_graph(graph, c) for c in ev.captions]
-        return SentenceRetrievalSet(role, list(ev.image_ids), programs, ev.caption_image,
-                                    partial(_read_regions, self.store, list(ev.image_ids), self.cfg.max_regions))
+        image_ids = list(ev.image_ids)
+        positives = ceilings = None
+        truth = self.exact_truth()
+        if truth is not None:  # the world: any-true retrieval and the oracles' ceilings beside the model's
+            texts = [p.texts[p.root] for p in programs]
+            positives = truth.positives(texts, image_ids)
+            oracles = truth.oracle_scores(texts, image_ids)
+            if oracles is not None:
+                ceilings = ceiling_reports(oracles, ev.caption_image, positives)
+        return SentenceRetrievalSet(role, image_ids, programs, ev.caption_image,
+                                    partial(_read_regions, self.store, image_ids, self.cfg.max_regions),
+                                    positives=positives, ceilings=ceilings)
+
+    def exact_truth(self):
+        """The dataset's exact truth (:class:`composer.evaluation.truth.ExactTruth`), or None; loaded once."""
+        if not hasattr(self, "_truth"):
+            from features.catalog import exact_truth
+
+            self._truth = exact_truth(self.dataset_spec().world_dir) if self.cfg.captions is None else None
+        return self._truth
 
     def val_dataloader(self) -> DataLoader:
         """One batch: the validation split's :meth:`retrieval_set`."""
@@ -324,6 +353,10 @@ class CompositionDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         """One batch: the test split's :meth:`retrieval_set`."""
         return _one_batch(self.retrieval_set("test"))
+
+    def eval_dataloader(self, role: str) -> DataLoader:
+        """One batch: a further evaluation set's :meth:`retrieval_set` (``trainer.test(dataloaders=...)``)."""
+        return _one_batch(self.retrieval_set(role))
 
 
 def _read_regions(store, image_ids: list[str], max_regions: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -203,6 +203,9 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
     if options.test:
         trainer.test(module, datamodule=dm)
         results["test"] = module.results.get("test")
+        for role in dm.eval_roles():  # the compositional world's systematic and productivity sets
+            trainer.test(module, dataloaders=dm.eval_dataloader(role))
+            results[role] = module.results.get(role)
     if "val" in module.results:
         results["val"] = module.results["val"]
     if trainer.is_global_zero:

@@ -79,8 +79,8 @@ class RecipeOverrides:
         model: model-config overrides, nested dicts for sub-configs (``{"modulator": "mlp"}``,
             ``{"loss": {"mvsa": "nll"}}``); checked against the model's config dataclass.
         lr, epochs, grad_clip, use_mvsa, use_order: :class:`OptimConfig` fields.
-        batch_size, max_regions, eval_images, world_images, captions, features, num_workers, seed,
-            prune_probability, prune_seed: :class:`DataConfig` fields.
+        batch_size, max_regions, eval_images, world_images, world_split, captions, features, num_workers,
+            seed, prune_probability, prune_seed: :class:`DataConfig` fields.
         val_every: epochs between validations.
         mvsa_concepts: phrases per positive caption for the flat model's MVSA.
         il_preset, il: the CLIP family's :class:`ILConfig` preset and field overrides.
@@ -98,6 +98,7 @@ class RecipeOverrides:
     max_regions: int | None = None
     eval_images: int | None = None
     world_images: int | None = None
+    world_split: str | None = None
     captions: str | None = None
     features: str | None = None
     num_workers: int = 0
@@ -169,7 +170,8 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
     data = DataConfig(data=dataset, captions=o.captions, features=o.features, seed=o.seed,
                       batch_size=pick("batch_size", 64), max_regions=pick("max_regions", 100),
                       eval_images=pick("eval_images", 1000), num_workers=o.num_workers,
-                      world_images=pick("world_images", 4000), prune_probability=o.prune_probability,
+                      world_images=pick("world_images", 4000), world_split=pick("world_split", "compositional"),
+                      prune_probability=o.prune_probability,
                       prune_seed=o.prune_seed)
     # COMPOSER trains with all three losses unless told; the flat model adds MVSA on request (Table 5)
     use_mvsa = o.use_mvsa if o.use_mvsa is not None else model == "composer"

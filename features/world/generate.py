@@ -360,8 +360,12 @@ def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m features.world.generate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--num-images", type=int, default=GenerateConfig.num_images)
+    ap.add_argument("--num-images", type=int, default=10_000,
+                    help="images (default 10,000: 1,000 in each compositional test split)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--split", choices=("compositional", "random"), default="compositional",
+                    help="compositional (default): compounds held out of training, splits train / val / test_iid / "
+                         "test_systematic / test_productivity (docs/world.md); random: an i.i.d. 80/10/10 split")
     ap.add_argument("--render", type=int, default=24, help="render PNGs of the first N images (-1: all)")
     ap.add_argument("--workers", type=int, default=0, help="processes (0: all cores)")
     for f in fields(WorldConfig):
@@ -380,7 +384,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     world = WorldConfig(**{f.name: getattr(args, f.name) for f in fields(WorldConfig) if f.type in ("int", "float")})
     cfg = GenerateConfig(num_images=args.num_images, seed=args.seed, render=args.render, workers=args.workers,
-                         world=world)
+                         world=world, compositional=CompositionalConfig() if args.split == "compositional" else None)
     from crg.outputs import OutputDirError
 
     try:

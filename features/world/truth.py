@@ -59,6 +59,32 @@ class WorldTruth:
             return None
         return np.fromiter((holds(self.scenes[i], lf) for i in image_ids), dtype=bool, count=len(image_ids))
 
+    def positives(self, texts, image_ids) -> np.ndarray | None:
+        """``(C, I)`` bool: whether each text is true of each image; None if any text is outside the language."""
+        rows = [self.holds_among(t, image_ids) for t in texts]
+        if any(r is None for r in rows):
+            return None
+        return np.stack(rows) if rows else np.zeros((0, len(image_ids)), dtype=bool)
+
+    def oracle_scores(self, texts, image_ids) -> dict[str, np.ndarray] | None:
+        """``{oracle: (C, I) scores}`` of :data:`features.world.oracles.ORACLES` (exact truth, a bag of bound
+        objects, a bag of words), ties kept; None if any text is outside the world's language.
+
+        >>> from features.world.scene import SceneObject
+        >>> truth = WorldTruth({"a": Scene("a", [SceneObject("ball", "red", "small", "metal", 0.2, 0.5),
+        ...                                      SceneObject("cube", "blue", "small", "metal", 0.7, 0.5)])})
+        >>> s = truth.oracle_scores(["a blue ball and a red cube"], ["a"])
+        >>> s["exact"].tolist(), s["bound_objects"].tolist(), s["bag_of_words"].tolist()
+        ([[0.0]], [[0.0]], [[1.0]])
+        """
+        from features.world.oracles import ORACLES, oracle_matrix
+
+        forms = [parse_phrase(t, self.cfg) for t in texts]
+        if any(f is None for f in forms):
+            return None
+        scenes = [self.scenes[i] for i in image_ids]
+        return {name: oracle_matrix(name, forms, scenes, tie_break=None) for name in ORACLES}
+
     def picture(self, image_id: str):
         """The image's scene drawn as a ``PIL.Image``."""
         from features.world.render import render_scene

@@ -1,0 +1,75 @@
+"""``--data world`` is the compositional world: trained on ``train``, tested in-domain (``test_iid``) and on the
+held-out combinations (``systematic``) and longer captions (``productivity``), each report with the any-true
+protocol and the oracles' ceilings beside the model's numbers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, format_retrieval_table
+from composer.retrieval import recall_at_k_multi
+
+
+@pytest.fixture()
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GC_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def test_the_world_is_compositional_by_default_and_random_one_flag_away(data_dir):
+    from features.catalog import resolve_dataset
+    from features.world.generate import WORLD_VERSION
+
+    spec = resolve_dataset("world", world_images=60, progress=False)
+    assert spec.world_dir.name == f"world-v{WORLD_VERSION}-compositional-s0-n60"
+    assert spec.train_splits == ("train",) and spec.val_splits == ("val",) and spec.test_splits == ("test_iid",)
+    assert spec.eval_splits == {"systematic": ("test_systematic",), "productivity": ("test_productivity",)}
+    random = resolve_dataset("world", world_images=60, world_split="random", progress=False)
+    assert random.world_dir != spec.world_dir and random.test_splits == ("test",) and random.eval_splits == {}
+    with pytest.raises(ValueError, match="world_split"):
+        resolve_dataset("world", world_images=60, world_split="iid", progress=False)
+
+
+def test_training_reports_every_test_set_with_any_true_recall_and_ceilings(data_dir, tmp_path):
+    from composer.training.fit import TrainerOptions, train
+    from composer.training.recipes import RecipeOverrides, named_recipe
+
+    recipe = named_recipe("composer", "world", RecipeOverrides(world_images=80, preset="tiny", batch_size=4,
+                                                               max_regions=6, eval_images=8))
+    results = train(recipe, TrainerOptions(max_steps=2, progress=False), tmp_path / "run")
+    for name in ("test", "systematic", "productivity"):
+        report = results[name]
+        assert report["num_images"] == 8
+        single, any_true = report["sentence"], report["sentence_any_true"]
+        assert all(any_true[k] >= single[k] for k in single)  # the caption's own image is one of its true images
+        ceilings = report["ceilings"]
+        assert set(ceilings) == {"exact", "bound_objects", "bag_of_words"}
+        assert ceilings["exact"]["sentence_any_true"]["R@1"] == 100.0  # exact truth ranks a true image first
+        assert ceilings["bag_of_words"]["sentence"]["R@1"] <= ceilings["exact"]["sentence"]["R@1"] + 1e-9
+    table = format_retrieval_table({k: results[k] for k in ("test", "systematic", "productivity")})
+    assert "generalisation gap" in table and "systematic" in table and "bound_objects" in table
+
+
+def _set(positives, caption_image=(0, 1)):
+    programs = [SimpleNamespace(texts=[text], root=0) for text in ("a red cube", "a blue ball")]
+    return SentenceRetrievalSet("t", ["a", "b", "c"], programs, np.array(caption_image), lambda: None,
+                                positives=np.array(positives))
+
+
+def test_any_true_recall_counts_every_true_image():
+    scores = np.array([[0.1, 0.9, 0.5], [0.2, 0.8, 0.3]])      # caption 0's top image is b, which is also true
+    eval_set = _set([[True, True, False], [False, True, False]])
+    report = eval_set.report(scores, seconds=1.0, ks=(1,))
+    assert report["sentence"]["R@1"] == 50.0                     # single-positive: only caption 1 hits
+    assert report["sentence_any_true"]["R@1"] == 100.0
+    assert report["sentence_any_true"] == recall_at_k_multi(scores, eval_set.positives, (1,))
+
+
+def test_truth_that_denies_a_caption_its_own_image_is_refused():
+    with pytest.raises(ValueError, match="'a red cube'.* false of its own image a"):
+        _set([[False, True, False], [False, True, False]])
+    with pytest.raises(ValueError, match="shape"):
+        _set([[True, True], [False, True]])
