@@ -145,9 +145,11 @@ def world_env(tmp_path_factory):
     env = {"GC_DATA_DIR": str(root / "data"), "GC_CACHE_DIR": str(root / "cache")}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    from composer.study.runner import STUDY_WORLD_SPLIT
     from features.catalog import resolve_dataset
 
-    spec = resolve_dataset("world", world_images=PROFILES["smoke"].world_images, progress=False)
+    spec = resolve_dataset("world", world_images=PROFILES["smoke"].world_images, world_split=STUDY_WORLD_SPLIT,
+                           progress=False)
     yield root, env, spec
     for k, v in old.items():
         if v is None:
