@@ -90,7 +90,7 @@ def test_sugarcrepe_on_a_synthetic_store_counts_the_missing_images(sugarcrepe, t
 def test_the_scores_are_the_models_own(sugarcrepe, tiny_model, tiny_world, tmp_path):
     """Recompute one subset's accuracy from score_text_image_pairs directly: the command adds nothing."""
     from composer.cli.evaluate import load_model
-    from composer.study.evaluation import programs_for_texts, score_text_image_pairs
+    from composer.evaluation.text_pairs import programs_for_texts, score_text_image_pairs
     from features.store import FeatureStore
 
     bench = read_benchmark("sugarcrepe", sugarcrepe, limit=LIMIT)

@@ -94,9 +94,9 @@ def main(argv=None) -> int:
     import torch
 
     from composer.cli.evaluate import load_model, region_dim_of
-    from composer.evaluation.benchmark import (benchmark_pairs, clip_benchmark_metrics, evaluate_benchmark)
+    from composer.evaluation.benchmark import benchmark_pairs, clip_benchmark_metrics, evaluate_benchmark
+    from composer.evaluation.text_pairs import programs_for_texts, score_text_image_pairs
     from composer.provenance import git_sha
-    from composer.study.evaluation import programs_for_texts, score_text_image_pairs
     from crg.benchmarks import BenchmarkFormatError, read_benchmark
     from crg.outputs import write_json_atomic
     from features.ids import normalize_image_id, suggest_id_format

@@ -8,8 +8,9 @@
 * ``phrase_retrieval``: phrase-to-image retrieval, single- and multi-positive.
 * ``rerank``: shortlist-and-rerank with a first-stage model.
 * ``hard_negatives``: I2T / T2I / group accuracy on hard negatives, recursive averages (Oh et al.).
+* ``text_pairs``: free texts parsed as the CRG builder parses captions, scored against stored images.
 * ``interpretation``: Figure 5's per-concept score trees.
 """
 
 __all__ = ["eval_sets", "sentence_retrieval", "truth", "twins", "benchmark", "phrase_retrieval", "rerank",
-           "hard_negatives", "interpretation"]
+           "hard_negatives", "text_pairs", "interpretation"]

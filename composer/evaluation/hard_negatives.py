@@ -24,7 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 __all__ = ["wins", "i2t_accuracy", "t2i_accuracy", "group_accuracy", "accuracy_by_type", "recursive_average",
-           "average_tree", "build_eval_set", "eval_pairs", "evaluate_pair_scores", "EVAL_SET_VERSION"]
+           "average_tree", "build_eval_set", "eval_pairs", "evaluate_pair_scores", "restrict_eval_set",
+           "EVAL_SET_VERSION"]
 
 EVAL_SET_VERSION = 1
 
@@ -272,6 +273,29 @@ def evaluate_pair_scores(eval_set: Mapping, scores) -> dict:
                   t: int((neg_type[neg_mask] == t).sum()) for t in sorted(set(neg_type[neg_mask].tolist()))}}
     return {"i2t": i2t, "i2t_by_type": by_type, "t2i": t2i, "group": group, "counts": counts, "tree": tree,
             "average": recursive_average(tree)}
+
+
+def restrict_eval_set(eval_set: Mapping, usable: Mapping[str, object]) -> tuple[dict, dict]:
+    """``eval_set`` without the texts that have no program: items whose true caption has none are
+    dropped, and so are negatives without one. Returns the new set and what was dropped.
+
+    >>> es = {"version": 1, "name": "", "meta": {}, "items": [
+    ...     {"id": 0, "image_id": "a", "positive": "p", "negatives": [{"text": "n", "type": "T", "change": {}},
+    ...      {"text": "bad", "type": "T", "change": {}}], "distractor_images": ["b"]},
+    ...     {"id": 1, "image_id": "b", "positive": "bad", "negatives": [], "distractor_images": []}]}
+    >>> kept, dropped = restrict_eval_set(es, {"p": 1, "n": 1, "bad": None})
+    >>> [i["positive"] for i in kept["items"]], [n["text"] for n in kept["items"][0]["negatives"]], dropped
+    (['p'], ['n'], {'items': 1, 'negatives': 1})
+    """
+    items, dropped_items, dropped_negs = [], 0, 0
+    for item in eval_set["items"]:
+        if usable.get(item["positive"]) is None:
+            dropped_items += 1
+            continue
+        negatives = [n for n in item["negatives"] if usable.get(n["text"]) is not None]
+        dropped_negs += len(item["negatives"]) - len(negatives)
+        items.append({**item, "negatives": negatives})
+    return {**eval_set, "items": items}, {"items": dropped_items, "negatives": dropped_negs}
 
 
 def _check(eval_set: Mapping) -> None:

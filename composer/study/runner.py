@@ -108,8 +108,8 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     if path.exists():
         return json.loads(path.read_text())
     started = time.perf_counter()
-    from composer.training.data import CompositionDataModule, DataConfig
     from composer.study.evaluation import world_hard_negative_set
+    from composer.training.data import CompositionDataModule, DataConfig
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset
 
@@ -203,7 +203,7 @@ class EvalSets:
 
     def hn_programs(self, prune: float) -> dict:
         from composer.evaluation.hard_negatives import eval_pairs
-        from composer.study.evaluation import programs_for_texts
+        from composer.evaluation.text_pairs import programs_for_texts
 
         texts = [t for _, t in eval_pairs(self.hn_set)]
         return self._get(("hn", prune), lambda: programs_for_texts(texts, prune_probability=prune,
@@ -294,7 +294,8 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     from lightning.pytorch.loggers import CSVLogger
 
     from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
-    from composer.study.evaluation import hard_negative_accuracy, sentence_retrieval
+    from composer.evaluation.text_pairs import hard_negative_accuracy
+    from composer.study.evaluation import sentence_retrieval
 
     module, dm, configs, max_epochs, max_steps = build_run(run, seed, profile)
     trainer = L.Trainer(
