@@ -5,8 +5,12 @@ the same formats as real data.
 
 writes into ``--out``:
 
-* ``captions.jsonl`` -- the shared corpus schema (``image_id``, ``split``, ``captions``) plus each
-  caption's complexity (CREPE's number of atoms);
+* ``captions.jsonl`` -- the shared corpus schema (``image_id``, ``split``, ``captions``) plus, one list
+  entry per caption, its complexity (CREPE's number of atoms), and the ``compounds`` and ``atoms`` its
+  logical form mentions (:mod:`features.world.semantic_compounds`; what ``--compounds semantic`` MCD splits read);
+* ``gold_trees.jsonl`` -- each caption's gold constituency tree from the world's grammar
+  (:mod:`features.world.gold_trees`), ``{"caption": ..., "tree": ...}`` lines in ``captions.jsonl``'s order:
+  the world's default parser (:class:`crg.preparsed.PreparsedTrees`);
 * ``scenes.jsonl.gz`` -- the ground-truth scene graph of every image (objects, attributes, positions,
   every true relation);
 * ``features.h5`` -- a feature store (:mod:`features.store`): detector-like region features, pixel
@@ -46,8 +50,10 @@ from crg.outputs import write_text_atomic
 from features.world.compositional import (ROLES, CompositionalConfig, choose_held_out, sample_role_captions,
                                           sample_role_scene)
 from features.world.detector import SyntheticDetector
+from features.world.gold_trees import gold_tree_line
 from features.world.grammar import sample_captions
 from features.world.scene import Scene, SceneObject, WorldConfig, sample_scene
+from features.world.semantic_compounds import caption_atoms, semantic_compounds
 
 __all__ = ["GenerateConfig", "generate_world", "image_id", "load_scenes", "main", "CHUNK", "WORLD_VERSION",
            "worker_pool"]
@@ -57,7 +63,7 @@ logger = logging.getLogger(__name__)
 CHUNK = 500
 STORE_COMMIT_EVERY = 4 * CHUNK  # a commit costs ~17 ms (index resizes, two flushes): not one per 256 images
 SCENES_GZIP_LEVEL = 3  # 3x faster than 6 for 30 % more bytes (173 against 131 per scene)
-WORLD_VERSION = 2
+WORLD_VERSION = 3  # 3: gold_trees.jsonl, per-caption compounds and atoms
 
 
 @dataclass
@@ -109,6 +115,7 @@ class _Chunk:
         twins: ``twins.jsonl`` lines of the chunk's test images (compositional worlds); their images are the
             last entries of ``image_ids`` (after the ``num_images`` scenes').
         num_images: the chunk's scenes.
+        gold_trees: their captions' ``gold_trees.jsonl`` lines, in ``captions``' order.
     """
 
     image_ids: list[str]
@@ -120,6 +127,7 @@ class _Chunk:
     boxes: np.ndarray
     twins: str = ""
     num_images: int = 0
+    gold_trees: str = ""
 
 
 def _generate_chunk(args) -> _Chunk:
@@ -139,12 +147,14 @@ def _generate_chunk(args) -> _Chunk:
     # last bit), and no oversubscription with a worker per core (2 cores: 975 against 690 us per image).
     with threadpool_limits(limits=1, user_api="blas"):
         regions = det.encode_many(rngs, scenes, np.random.default_rng([cfg.seed, start, 17]))
-    cap_lines, scene_lines = [], []
+    cap_lines, scene_lines, tree_lines = [], [], []
     for scene, caps, split in zip(scenes, captions, splits):
         rec = {"image_id": scene.image_id, "split": split, "captions": [c for c, _ in caps],
-               "complexity": [lf.atoms() for _, lf in caps]}
+               "complexity": [lf.atoms() for _, lf in caps],
+               "compounds": [semantic_compounds(lf) for _, lf in caps], "atoms": [caption_atoms(lf) for _, lf in caps]}
         cap_lines.append(json.dumps(rec) + "\n")
         scene_lines.append(_scene_line(scene))
+        tree_lines += [gold_tree_line(c, cfg.world) for c, _ in caps]
     for index, scene in zip(range(start, stop), scenes):
         if cfg.render < 0 or index < cfg.render:
             from features.world.render import save_png
@@ -163,7 +173,7 @@ def _generate_chunk(args) -> _Chunk:
             features = np.concatenate([features, g.features])
             boxes = np.concatenate([boxes, g.boxes])
     return _Chunk(ids, "".join(cap_lines), "".join(scene_lines).encode("utf-8"), sum(len(c) for c in captions),
-                  counts, features, boxes, twin_lines, len(scenes))
+                  counts, features, boxes, twin_lines, len(scenes), "".join(tree_lines))
 
 
 @dataclass
@@ -263,8 +273,8 @@ class WorldSummary:
 
 
 # what generation writes in its folder (``overwrite`` deletes these and nothing else)
-OWNED = ("images", "features.h5", "captions.jsonl", "scenes.jsonl.gz", "world.json", "twins.jsonl",
-         "captions.jsonl.tmp", "scenes.jsonl.gz.tmp", "twins.jsonl.tmp")
+OWNED = ("images", "features.h5", "captions.jsonl", "scenes.jsonl.gz", "world.json", "twins.jsonl", "gold_trees.jsonl",
+         "captions.jsonl.tmp", "scenes.jsonl.gz.tmp", "twins.jsonl.tmp", "gold_trees.jsonl.tmp")
 
 
 def generator_settings(cfg: GenerateConfig) -> dict:
@@ -299,10 +309,12 @@ def generate_world(out: str | Path, cfg: GenerateConfig, *, progress: bool = Tru
     tmp_caps = out / "captions.jsonl.tmp"
     tmp_scenes = out / "scenes.jsonl.gz.tmp"
     tmp_twins = out / "twins.jsonl.tmp"
+    tmp_trees = out / "gold_trees.jsonl.tmp"
     n_caps = 0
     with FeatureStoreWriter(out / "features.h5", feature_dim=cfg.world.feature_dim, commit_every=STORE_COMMIT_EVERY,
                             source=f"synthetic world v{WORLD_VERSION}, seed {cfg.seed}") as store, \
             open(tmp_caps, "w", encoding="utf-8") as fcap, open(tmp_twins, "w", encoding="utf-8") as ftwin, \
+            open(tmp_trees, "w", encoding="utf-8") as ftree, \
             gzip.GzipFile(tmp_scenes, "wb", compresslevel=SCENES_GZIP_LEVEL, mtime=0) as fscene:
         bar = tqdm(total=cfg.num_images, desc="generating world", unit="img", disable=not progress)
         pool = worker_pool(workers) if workers > 1 and len(chunks) > 1 else None
@@ -313,6 +325,7 @@ def generate_world(out: str | Path, cfg: GenerateConfig, *, progress: bool = Tru
                 fcap.write(chunk.captions)
                 fscene.write(chunk.scenes)
                 ftwin.write(chunk.twins)
+                ftree.write(chunk.gold_trees)
                 new = np.array([image not in store for image in chunk.image_ids])  # a resumed run keeps the rest
                 if new.any():
                     rows = np.repeat(new, chunk.counts)                               # (sum R_i,)
@@ -326,6 +339,7 @@ def generate_world(out: str | Path, cfg: GenerateConfig, *, progress: bool = Tru
                 pool.join()
             bar.close()
     tmp_caps.replace(out / "captions.jsonl")
+    tmp_trees.replace(out / "gold_trees.jsonl")
     tmp_scenes.replace(out / "scenes.jsonl.gz")
     if cfg.compositional is not None:
         tmp_twins.replace(out / "twins.jsonl")

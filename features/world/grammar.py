@@ -9,19 +9,21 @@ order, prepositional phrases, relative clauses (``that is ...``), reduced relati
 
 Every sampled caption is checked against its scene before it is kept. :func:`parse_caption` and
 :func:`parse_phrase` read the language back into logical forms, which gives exact denotations for
-the noun phrases and sentences the CRG extracts.
+the noun phrases and sentences the CRG extracts; :func:`parse_caption_tree` also returns the reading's
+constituency skeleton, from which :mod:`features.world.gold_trees` writes the world's gold trees.
 """
 
 from __future__ import annotations
 
 import random
 import re
+from functools import lru_cache
 from itertools import accumulate
 
 from features.world.scene import Scene, WorldConfig
 from features.world.semantics import ATTRIBUTE_KINDS, Caption, ObjectRef, holds
 
-__all__ = ["sample_caption", "realize", "parse_caption", "parse_phrase", "sample_captions"]
+__all__ = ["sample_caption", "realize", "parse_caption", "parse_caption_tree", "parse_phrase", "sample_captions"]
 
 NOUNS = {"ball": ("ball", "sphere"), "cube": ("cube", "box", "block"), "cylinder": ("cylinder",),
          "cone": ("cone",), "pyramid": ("pyramid",), "ring": ("ring",)}
@@ -224,6 +226,7 @@ _GENERIC = {"object", "thing", "objects", "things"}
 _PLURAL_WORDS = {PLURALS.get(w, w + "s") for words in NOUNS.values() for w in words} | {"objects", "things"}
 
 
+@lru_cache(maxsize=8)  # one per world configuration: the reader is called once per caption
 def _adjective_lexicon(cfg: WorldConfig) -> dict[str, tuple[str, str]]:
     lex = {c: ("color", c) for c in cfg.colors}
     lex.update({m: ("material", m) for m in cfg.materials})
@@ -235,32 +238,58 @@ def _adjective_lexicon(cfg: WorldConfig) -> dict[str, tuple[str, str]]:
 
 
 _REL_PHRASES = sorted(((tuple(p.split()), r) for r, ps in REL_WORDS.items() for p in ps), key=lambda x: -len(x[0]))
+_REL_BY_FIRST: dict[str, list[tuple[tuple[str, ...], str]]] = {}  # the same, by first word: longest first
+for _phrase, _r in _REL_PHRASES:
+    _REL_BY_FIRST.setdefault(_phrase[0], []).append((_phrase, _r))
 _NUMBER_WORDS = {v: k for k, v in NUMBERS.items()}
 
 
+# Part-of-speech tags of the function words the reader meets (gold trees; relation words are tagged IN)
+_VERB_TAGS = {"is": "VBZ", "sits": "VBZ", "are": "VBP", "sit": "VBP", "sitting": "VBG", "lying": "VBG",
+              "resting": "VBG", "standing": "VBG", "placed": "VBN", "can": "MD", "be": "VB", "seen": "VBN"}
+_CLAUSE_VERBS = sorted(set(CLAUSE_VERBS_SG + CLAUSE_VERBS_PL), key=lambda v: (-len(v.split()), v))  # longest first
+
+
 class _Parser:
-    def __init__(self, tokens: list[str], cfg: WorldConfig):
+    """A deterministic reader of the world's language over lower-cased tokens without punctuation.
+
+    Every reading is ``(meaning, end, skeleton)``: the logical form, the index after its last token, and,
+    when built with ``trees=True``, its constituency skeleton (else ``None``). A skeleton is a phrase
+    ``(label, [children])`` whose leaves are preterminals ``(tag, token index)``; the bracketing is the
+    one :mod:`features.world.gold_trees` documents.
+    """
+
+    def __init__(self, tokens: list[str], cfg: WorldConfig, trees: bool = False):
         self.t = tokens
         self.adj = _adjective_lexicon(cfg)
+        self.trees = trees
 
     def rel(self, i: int):
-        for phrase, r in _REL_PHRASES:
+        for phrase, r in _REL_BY_FIRST.get(self.t[i], ()) if i < len(self.t) else ():
             if tuple(self.t[i:i + len(phrase)]) == phrase:
                 return r, i + len(phrase)
         return None
 
+    def _pp(self, i: int, k: int, obj_tree):
+        """``(PP (IN w) ... NP)``: the relation words ``i..k`` are one multiword preposition."""
+        return ("PP", [("IN", m) for m in range(i, k)] + [obj_tree]) if self.trees else None
+
     def np(self, i: int, require_det: bool = False):
         t = self.t
         count, bare = None, False
+        lead = []  # the determiner's preterminal
         if i < len(t) and t[i] in ("a", "an", "the", "one"):
+            lead = [("CD" if t[i] == "one" else "DT", i)]
             i += 1
         elif i < len(t) and t[i] in _NUMBER_WORDS:
             count = _NUMBER_WORDS[t[i]]
+            lead = [("CD", i)]
             i += 1
         elif require_det:
             return None
         else:
             bare = True  # "red balls", "ball": a CRG sub-phrase without its determiner
+        first_adj = i
         attrs = []
         while i < len(t) and t[i] in self.adj:
             attrs.append(self.adj[t[i]])
@@ -271,10 +300,15 @@ class _Parser:
         if plural and count is None and not bare or count is not None and not plural:
             return None
         shape = _WORD_TO_SHAPE.get(t[i])
+        tree = ("NP", lead + [("JJ", k) for k in range(first_adj, i)] + [("NNS" if plural else "NN", i)]) \
+            if self.trees else None
         i += 1
         attrs = tuple(sorted(set(attrs), key=lambda a: ATTRIBUTE_KINDS.index(a[0])))
         negated = None  # "a ball that is not red" (hard negatives, features/world/hard_negatives.py)
         if t[i:i + 3] in (["that", "is", "not"], ["that", "are", "not"]) and i + 3 < len(t) and t[i + 3] in self.adj:
+            if self.trees:
+                clause = ("VP", [(_VERB_TAGS[t[i + 1]], i + 1), ("RB", i + 2), ("ADJP", [("JJ", i + 3)])])
+                tree = ("NP", [tree, ("RRC", [("WHNP", [("WDT", i)]), clause])])
             negated, i = self.adj[t[i + 3]], i + 4
         ref = ObjectRef(shape, attrs, None, count, negated)
         # optional post-modifier: PP, relative clause, reduced relative
@@ -288,17 +322,23 @@ class _Parser:
             relation, k = got
             inner = self.np(k, require_det=True)
             if inner is not None:
-                other, k = inner
-                return ObjectRef(shape, attrs, (relation, other), count, negated), k
-        return ref, i
+                other, end, other_tree = inner
+                if self.trees:
+                    modifier = self._pp(j, k, other_tree)
+                    if j == i + 2:  # "that is ...": a relative clause
+                        modifier = ("RRC", [("WHNP", [("WDT", i)]), ("VP", [(_VERB_TAGS[t[i + 1]], i + 1), modifier])])
+                    elif j == i + 1:  # "sitting ...": a reduced relative
+                        modifier = ("VP", [(_VERB_TAGS[t[i]], i), modifier])
+                    tree = ("NP", [tree, modifier])
+                return ObjectRef(shape, attrs, (relation, other), count, negated), end, tree
+        return ref, i, tree
 
     def clause(self, i: int):
         subj = self.np(i)
         if subj is None:
             return None
-        ref, j = subj
-        verbs = sorted({v for v in CLAUSE_VERBS_SG + CLAUSE_VERBS_PL}, key=lambda v: -len(v.split()))
-        for v in verbs:
+        ref, j, subj_tree = subj
+        for v in _CLAUSE_VERBS:
             vw = v.split()
             if self.t[j:j + len(vw)] == vw:
                 got = self.rel(j + len(vw))
@@ -307,7 +347,13 @@ class _Parser:
                 relation, k = got
                 obj = self.np(k, require_det=True)
                 if obj is not None:
-                    return Caption("clause", (ref, obj[0]), relation), obj[1]
+                    tree = None
+                    if self.trees:  # "can be seen behind X": (VP (MD can) (VP (VB be) (VP (VBN seen) (PP ...))))
+                        tree = self._pp(j + len(vw), k, obj[2])
+                        for m in reversed(range(j, j + len(vw))):
+                            tree = ("VP", [(_VERB_TAGS[self.t[m]], m), tree])
+                        tree = ("S", [subj_tree, tree])
+                    return Caption("clause", (ref, obj[0]), relation), obj[1], tree
         return None
 
 
@@ -317,46 +363,80 @@ def _tokens(text: str) -> list[str]:
 
 def parse_caption(text: str, cfg: WorldConfig = WorldConfig()) -> Caption | None:
     """The logical form of a caption of the world's language, or ``None`` if it is not one."""
-    toks = _tokens(text)
-    p = _Parser(toks, cfg)
+    got = _read_caption(_Parser(_tokens(text), cfg))
+    return None if got is None else got[0]
+
+
+def parse_caption_tree(text: str, cfg: WorldConfig = WorldConfig()) -> tuple[Caption, tuple] | None:
+    """A caption's logical form and constituency skeleton (see :class:`_Parser`), or ``None``.
+
+    The skeleton's token indices count the words of ``text`` lower-cased, without ``.`` and ``,``.
+
+    >>> lf, skeleton = parse_caption_tree("A cube is in front of a ball.")
+    >>> lf.relation, skeleton[0], skeleton[1][1]
+    ('in_front_of', 'S', ('VP', [('VBZ', 2), ('PP', [('IN', 3), ('IN', 4), ('IN', 5), ('NP', [('DT', 6), ('NN', 7)])])]))
+    """
+    got = _read_caption(_Parser(_tokens(text), cfg, trees=True))
+    return None if got is None else (got[0], got[2])
+
+
+def _read_caption(p: _Parser):
+    toks = p.t
     whole = _parse_sentence(p, 0)
     if whole is not None and whole[1] == len(toks):
-        return whole[0]
+        return whole
     # "X, and Y" / "X while Y"
     for k, tok in enumerate(toks):
         if tok in ("and", "while"):
             left, right = _parse_sentence(p, 0), _parse_sentence(p, k + 1)
             if left and right and left[1] == k and right[1] == len(toks) and \
                     left[0].kind == "clause" and right[0].kind == "clause":
-                return Caption("two_clauses", (left[0], right[0]))
+                tree = ("S", [left[2], ("CC" if tok == "and" else "IN", k), right[2]]) if p.trees else None
+                return Caption("two_clauses", (left[0], right[0])), len(toks), tree
     return None
+
+
+def _with_determiner(tree: tuple, leaf: tuple) -> tuple:
+    """``tree`` (an NP) with ``leaf`` put first in its leftmost base NP: "no" of "there is no red ball"."""
+    label, children = tree
+    if isinstance(children[0][1], int):  # a base NP: preterminals only
+        return label, [leaf] + children
+    return label, [_with_determiner(children[0], leaf)] + children[1:]
 
 
 def _parse_sentence(p: _Parser, i: int):
     t = p.t
     if t[i:i + 2] in (["there", "is"], ["there", "are"]):
-        if t[i + 2:i + 3] == ["no"]:
-            got = p.np(i + 3)
-            return (Caption("negation", (got[0],)), got[1]) if got else None
-        got = p.np(i + 2, require_det=True)
-        return (Caption("there", (got[0],)), got[1]) if got else None
+        negated = t[i + 2:i + 3] == ["no"]
+        got = p.np(i + 3) if negated else p.np(i + 2, require_det=True)
+        if got is None:
+            return None
+        tree = None
+        if p.trees:
+            obj = _with_determiner(got[2], ("DT", i + 2)) if negated else got[2]
+            tree = ("S", [("NP", [("EX", i)]), ("VP", [(_VERB_TAGS[t[i + 1]], i + 1), obj])])
+        return Caption("negation" if negated else "there", (got[0],)), got[1], tree
     clause = p.clause(i)
     if clause is not None:
         return clause
-    parts, j = [], i
+    parts, trees, j = [], [], i
     while True:
         got = p.np(j, require_det=True)
         if got is None:
             return None
         parts.append(got[0])
+        trees.append(got[2])
         j = got[1]
         if j < len(t) and t[j] == "and":
+            trees.append(("CC", j))
             j += 1
             continue
         if j < len(t) and (t[j] in ("a", "an") or t[j] in _NUMBER_WORDS):  # "a X, a Y and a Z" (commas dropped)
             continue
         break
-    return (Caption("np", (parts[0],)) if len(parts) == 1 else Caption("and", tuple(parts))), j
+    if len(parts) == 1:
+        return Caption("np", (parts[0],)), j, trees[0]
+    return Caption("and", tuple(parts)), j, ("NP", trees) if p.trees else None
 
 
 def parse_phrase(text: str, cfg: WorldConfig = WorldConfig()) -> Caption | None:
