@@ -52,10 +52,15 @@ def make_parser(name: str = "spacy", model: str | None = None, **options) -> Con
     raise ValueError(f"unknown parser {name!r}; choose one of {PARSERS}")
 
 
-def add_parser_arguments(ap: argparse.ArgumentParser) -> None:
-    """The ``--parser`` / ``--parser-model`` options shared by every command that parses."""
-    ap.add_argument("--parser", choices=PARSERS, default="spacy",
-                    help="constituency parser backend (default: spacy, offline)")
+def add_parser_arguments(ap: argparse.ArgumentParser, *, default: str | None = "spacy",
+                         default_help: str = "spacy, offline") -> None:
+    """The ``--parser`` / ``--parser-model`` options shared by every command that parses.
+
+    ``default=None`` lets the command choose by its data (a named dataset's own parser: the world's gold
+    trees); ``default_help`` says what that is.
+    """
+    ap.add_argument("--parser", choices=PARSERS, default=default,
+                    help=f"constituency parser backend (default: {default_help})")
     ap.add_argument("--parser-model", default=None,
                     help="spaCy package name, benepar model directory, or file of pre-parsed trees")
 

@@ -2,10 +2,12 @@
 
 * ``world`` -- the generated world (the offline default). Generated on first use into
   ``$GC_DATA_DIR/world-v{version}-{split}-s{seed}-n{num_images}`` (default ``~/.cache/grounded_composer/data``),
-  then reused; same seed, same files. ``world_split="compositional"`` (default) holds compounds out of
-  training (docs/world.md): the model trains on ``train``, validates on ``val``, is tested in-domain on
-  ``test_iid`` and, as extra evaluation sets, on ``test_systematic`` (held-out combinations) and
-  ``test_productivity`` (longer captions). ``world_split="random"`` is the earlier i.i.d. 80/10/10 split.
+  then reused; same seed, same files. Its CRG is built from the gold trees of its own grammar
+  (``gold_trees.jsonl``; ``parser="spacy"`` parses the captions instead).
+  ``world_split="compositional"`` (default) holds compounds out of training (docs/world.md): the model
+  trains on ``train``, validates on ``val``, is tested in-domain on ``test_iid`` and, as extra evaluation
+  sets, on ``test_systematic`` (held-out combinations) and ``test_productivity`` (longer captions).
+  ``world_split="random"`` is the earlier i.i.d. 80/10/10 split.
 * ``f30k`` -- Flickr30K, Karpathy splits (train / val / test = 29,000 / 1,014 / 1,000 images). Captions
   default to ``../shared/data/flickr30k/captions.jsonl`` when present; features must be given
   (``--features STORE``, see docs/features.md).
@@ -40,6 +42,9 @@ class DatasetSpec:
         eval_splits: further evaluation sets beyond ``test`` (name -> split labels), scored after
             training beside it, e.g. the compositional world's ``systematic`` and ``productivity``.
         world_dir: for the generated world, its directory (scene graphs for exact truth).
+        parser, parser_model: the CRG's default constituency parser (:func:`crg.parse.make_parser`):
+            spaCy for real captions; for the generated world, its gold trees (``preparsed``, the world's
+            ``gold_trees.jsonl``: the trees of its own grammar, docs/world.md "Gold parses").
     """
 
     name: str
@@ -51,6 +56,23 @@ class DatasetSpec:
     eval_splits: dict[str, tuple[str, ...]] = field(default_factory=dict)
     world_dir: Path | None = None
     extra: dict = field(default_factory=dict)
+    parser: str = "spacy"
+    parser_model: str | None = None
+
+    def parser_for(self, parser: str | None = None, parser_model: str | None = None) -> tuple[str, str | None]:
+        """``(parser, parser_model)`` to build this dataset's CRG with: the one asked for, else the dataset's.
+
+        >>> spec = DatasetSpec("w", Path("c.jsonl"), None, parser="preparsed", parser_model="gold_trees.jsonl")
+        >>> spec.parser_for(), spec.parser_for("spacy")
+        (('preparsed', 'gold_trees.jsonl'), ('spacy', None))
+        """
+        if parser is None:
+            if parser_model is not None:
+                raise ValueError(f"parser model {parser_model!r} given without a parser: name its parser too "
+                                 f"(--parser spacy|benepar|preparsed), or give neither for {self.name!r}'s default "
+                                 f"({self.parser})")
+            return self.parser, self.parser_model
+        return parser, parser_model
 
     def require_features(self) -> Path:
         if self.features is None or not Path(self.features).exists():
@@ -101,7 +123,7 @@ def resolve_dataset(name: str, *, captions: str | Path | None = None, features: 
                                                compositional=CompositionalConfig() if compositional else None),
                            progress=progress)
         spec = DatasetSpec("world", Path(captions or out / "captions.jsonl"), Path(features or out / "features.h5"),
-                           world_dir=out)
+                           world_dir=out, parser="preparsed", parser_model=str(out / "gold_trees.jsonl"))
         if compositional:
             spec.test_splits = ("test_iid",)
             spec.eval_splits = {"systematic": ("test_systematic",), "productivity": ("test_productivity",)}

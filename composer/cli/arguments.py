@@ -9,6 +9,7 @@ import logging
 from composer.factory import PRESETS
 from composer.training.fit import TrainerOptions
 from composer.training.recipes import RecipeOverrides
+from crg.parse import add_parser_arguments
 from features.catalog import WORLD_SPLITS
 
 __all__ = ["add_data_arguments", "add_training_arguments", "configure_logging", "recipe_overrides",
@@ -28,6 +29,8 @@ def add_data_arguments(ap: argparse.ArgumentParser, *, text_model_help: str) -> 
     ap.add_argument("--out", required=True, help="run directory (logs, checkpoints, results.json)")
     ap.add_argument("--preset", choices=PRESETS, help="model size preset (default: the named configuration's)")
     ap.add_argument("--text-model", help=text_model_help)
+    add_parser_arguments(ap, default=None, default_help="the dataset's: the world's gold trees, spacy for f30k / "
+                                                        "coco / caption files")
 
 
 def add_training_arguments(group, *, max_steps_help: str = "stop after this many steps (smoke tests)") -> None:
@@ -67,7 +70,8 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
         preset=args.preset, text_model=args.text_model, lr=args.lr, epochs=args.epochs, grad_clip=args.grad_clip,
         batch_size=args.batch_size, max_regions=args.max_regions, eval_images=args.eval_images,
         world_images=args.world_images, world_split=args.world_split, captions=args.captions, features=args.features,
-        num_workers=args.num_workers, seed=args.seed, val_every=args.val_every, **model_specific)
+        num_workers=args.num_workers, seed=args.seed, val_every=args.val_every, parser=args.parser,
+        parser_model=args.parser_model, **model_specific)
 
 
 def trainer_options(args) -> TrainerOptions:

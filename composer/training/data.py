@@ -51,7 +51,8 @@ class DataConfig:
         negative_images: other images paired with each positive caption.
         max_regions: detector regions kept per image (plus the global region).
         eval_images: images scored in validation/test retrieval (the paper's 1,000 images x 5 captions).
-        parser, parser_model: the constituency parser for the CRG (``--parser``).
+        parser, parser_model: the constituency parser for the CRG (``--parser``); ``None``: the dataset's
+            (:meth:`features.catalog.DatasetSpec.parser_for`: the world's gold trees, spaCy for real captions).
         world_images: size of the generated world for ``data=world``.
         world_split: ``compositional`` (default: compounds held out of training, tested in-domain on
             ``test_iid`` and on the ``systematic`` / ``productivity`` sets) or ``random`` (an i.i.d. split).
@@ -69,7 +70,7 @@ class DataConfig:
     eval_images: int = 1000
     num_workers: int = 0
     seed: int = 0
-    parser: str = "spacy"
+    parser: str | None = None
     parser_model: str | None = None
     world_images: int = 4000
     world_split: str = "compositional"
@@ -215,8 +216,9 @@ class CompositionDataModule(L.LightningDataModule):
         spec = self.dataset_spec()
         splits = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits,
                   **spec.eval_splits}[role]
-        graph, _ = get_or_build_graph(spec.captions, list(splits), parser_name=self.cfg.parser,
-                                      parser_model=self.cfg.parser_model, progress=False,
+        parser_name, parser_model = spec.parser_for(self.cfg.parser, self.cfg.parser_model)
+        graph, _ = get_or_build_graph(spec.captions, list(splits), parser_name=parser_name,
+                                      parser_model=parser_model, progress=False,
                                       prune_probability=self.cfg.prune_probability, prune_seed=self.cfg.prune_seed)
         return graph
 

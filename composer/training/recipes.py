@@ -80,7 +80,7 @@ class RecipeOverrides:
             ``{"loss": {"mvsa": "nll"}}``); checked against the model's config dataclass.
         lr, epochs, grad_clip, use_mvsa, use_order: :class:`OptimConfig` fields.
         batch_size, max_regions, eval_images, world_images, world_split, captions, features, num_workers,
-            seed, prune_probability, prune_seed: :class:`DataConfig` fields.
+            seed, prune_probability, prune_seed, parser, parser_model: :class:`DataConfig` fields.
         val_every: epochs between validations.
         mvsa_concepts: phrases per positive caption for the flat model's MVSA.
         il_preset, il: the CLIP family's :class:`ILConfig` preset and field overrides.
@@ -105,6 +105,8 @@ class RecipeOverrides:
     seed: int = 0
     prune_probability: float = 0.0
     prune_seed: int = 0
+    parser: str | None = None
+    parser_model: str | None = None
     val_every: int | None = None
     mvsa_concepts: int | None = None
     il_preset: str | None = None
@@ -172,7 +174,7 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                       eval_images=pick("eval_images", 1000), num_workers=o.num_workers,
                       world_images=pick("world_images", 4000), world_split=pick("world_split", "compositional"),
                       prune_probability=o.prune_probability,
-                      prune_seed=o.prune_seed)
+                      prune_seed=o.prune_seed, parser=o.parser, parser_model=o.parser_model)
     # COMPOSER trains with all three losses unless told; the flat model adds MVSA on request (Table 5)
     use_mvsa = o.use_mvsa if o.use_mvsa is not None else model == "composer"
     use_order = o.use_order if o.use_order is not None else model == "composer"

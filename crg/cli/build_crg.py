@@ -35,7 +35,8 @@ def build_argparser() -> argparse.ArgumentParser:
                     help="comma-separated splits to use, e.g. train or val,test (default: all images)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--dump", action="store_true", help="also write OUT/captions.jsonl, one line per caption")
-    add_parser_arguments(ap)
+    add_parser_arguments(ap, default=None, default_help="the dataset's with --data (world: its gold trees), "
+                                                        "else spacy")
     ap.add_argument("--cache", default=None,
                     help=f"parse cache file (default: {default_cache_path()}; env GC_CACHE_DIR moves it)")
     ap.add_argument("--no-cache", action="store_true", help="parse everything, cache nothing")
@@ -80,7 +81,16 @@ def main(argv=None) -> int:
     if args.data:
         from features.catalog import resolve_dataset
 
-        args.captions = str(resolve_dataset(args.data, progress=not args.quiet).captions)
+        spec = resolve_dataset(args.data, progress=not args.quiet)
+        args.captions = str(spec.captions)
+        try:
+            args.parser, args.parser_model = spec.parser_for(args.parser, args.parser_model)
+        except ValueError as err:
+            raise SystemExit(f"error: {err}") from None
+    elif args.parser is None:
+        if args.parser_model is not None:
+            raise SystemExit("error: --parser-model needs --parser (spacy, benepar or preparsed)")
+        args.parser = "spacy"
     if args.resume and args.overwrite:
         raise SystemExit("error: --resume rebuilds the graph in --out, --overwrite replaces it: give one of them")
     try:
