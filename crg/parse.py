@@ -19,14 +19,15 @@ __all__ = ["make_parser", "PARSERS", "add_parser_arguments", "main"]
 
 logger = logging.getLogger(__name__)
 
-PARSERS = ("spacy", "benepar", "preparsed")
+PARSERS = ("spacy", "benepar", "preparsed", "world")
 
 
 def make_parser(name: str = "spacy", model: str | None = None, **options) -> ConstituencyParser:
     """Build a parser backend by name.
 
     Args:
-        name: ``spacy``, ``benepar`` or ``preparsed``.
+        name: ``spacy``, ``benepar``, ``preparsed``, or ``world`` (the generated world's own grammar: its gold
+            trees of any text of its language, :class:`features.world.gold_trees.WorldGrammarParser`).
         model: spaCy package name (optional), benepar model directory (required), or the file of
             pre-parsed trees (required).
         options: backend keyword options (``batch_size``, ``n_process`` for spaCy; ``batch_size``,
@@ -49,6 +50,10 @@ def make_parser(name: str = "spacy", model: str | None = None, **options) -> Con
         from crg.preparsed import PreparsedTrees
 
         return PreparsedTrees(model)
+    if name == "world":
+        from features.world.gold_trees import WorldGrammarParser
+
+        return WorldGrammarParser()
     raise ValueError(f"unknown parser {name!r}; choose one of {PARSERS}")
 
 

@@ -43,8 +43,9 @@ class DatasetSpec:
             training beside it, e.g. the compositional world's ``systematic`` and ``productivity``.
         world_dir: for the generated world, its directory (scene graphs for exact truth).
         parser, parser_model: the CRG's default constituency parser (:func:`crg.parse.make_parser`):
-            spaCy for real captions; for the generated world, its gold trees (``preparsed``, the world's
-            ``gold_trees.jsonl``: the trees of its own grammar, docs/world.md "Gold parses").
+            spaCy for real captions; for the generated world, its gold trees (``world``: the trees of its own
+            grammar for any text of its language, the same as its ``gold_trees.jsonl``; docs/world.md "Gold
+            parses").
     """
 
     name: str
@@ -69,7 +70,7 @@ class DatasetSpec:
         if parser is None:
             if parser_model is not None:
                 raise ValueError(f"parser model {parser_model!r} given without a parser: name its parser too "
-                                 f"(--parser spacy|benepar|preparsed), or give neither for {self.name!r}'s default "
+                                 f"(--parser spacy|benepar|preparsed|world), or give neither for {self.name!r}'s default "
                                  f"({self.parser})")
             return self.parser, self.parser_model
         return parser, parser_model
@@ -123,7 +124,7 @@ def resolve_dataset(name: str, *, captions: str | Path | None = None, features: 
                                                compositional=CompositionalConfig() if compositional else None),
                            progress=progress)
         spec = DatasetSpec("world", Path(captions or out / "captions.jsonl"), Path(features or out / "features.h5"),
-                           world_dir=out, parser="preparsed", parser_model=str(out / "gold_trees.jsonl"))
+                           world_dir=out, parser="world")
         if compositional:
             spec.test_splits = ("test_iid",)
             spec.eval_splits = {"systematic": ("test_systematic",), "productivity": ("test_productivity",)}

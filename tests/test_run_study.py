@@ -175,7 +175,7 @@ def test_pair_scoring_agrees_with_full_cross_scoring(world_env):
     full = score_matrix(model, data.regions, data.geometry, data.region_mask,
                         [ConceptProgram.from_graph(data.graph, c) for c in captions], tok).scores   # (7, 5)
     pairs = [(im, t) for t in texts for im in reversed(data.image_ids)]
-    programs = programs_for_texts(texts)
+    programs = programs_for_texts(texts, parser_name=data.parser[0], parser_model=data.parser[1])  # as the CRG's
     assert all(programs[t] is not None for t in texts)
     got = score_text_image_pairs(model, tok, pairs, programs, data.store, max_regions=6, max_pairs=6)
     want = [full[texts.index(t), data.image_ids.index(im)] for im, t in pairs]

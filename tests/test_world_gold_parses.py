@@ -7,6 +7,7 @@ import filecmp
 import json
 
 import pytest
+from nltk import Tree
 
 from crg.build import build_crg
 from crg.corpus import read_corpus
@@ -142,7 +143,7 @@ def test_the_world_is_built_from_gold_trees_by_default_and_spacy_one_flag_away(d
     from features.catalog import resolve_dataset
 
     spec = resolve_dataset("world", world_images=40, world_split="random", progress=False)
-    assert spec.parser_for() == ("preparsed", str(spec.world_dir / "gold_trees.jsonl"))
+    assert spec.parser_for() == ("world", None)
     assert spec.parser_for("spacy") == ("spacy", None)
     with pytest.raises(ValueError, match="without a parser"):
         spec.parser_for(None, "en_core_web_sm")
@@ -154,7 +155,7 @@ def test_the_world_is_built_from_gold_trees_by_default_and_spacy_one_flag_away(d
 
     gold, spacy = train_graph(None), train_graph("spacy")
     gold_key, spacy_key = gold.meta["graph_key"]["parser"], spacy.meta["graph_key"]["parser"]
-    assert gold_key.startswith("preparsed:") and "gold_trees.jsonl" in gold_key and spacy_key.startswith("spacy:")
+    assert gold_key.startswith("world:gold-trees") and spacy_key.startswith("spacy:")
     assert gold.caption_texts == spacy.caption_texts
     gold_primitives, spacy_primitives = ({t for t, k in zip(g.concept_texts, g.concept_kinds) if k & KIND_BITS[PRIMITIVE]}
                                          for g in (gold, spacy))
@@ -172,3 +173,18 @@ def test_build_crg_takes_the_datasets_parser_and_refuses_a_model_without_a_parse
           "--parser-model", str(tiny_world / "gold_trees.jsonl"), "--quiet", "--no-cache"])
     stats = json.loads((tmp_path / "gold" / "stats.json").read_text())
     assert stats["parser"].startswith("preparsed:") and stats["report"]["num_used"] == stats["report"]["num_captions"]
+
+
+def test_the_world_parser_gives_the_gold_file_trees_and_parses_texts_outside_it(tiny_world):
+    """--parser world (the world's default) reads any text of its language as generation's gold_trees.jsonl has
+    it, also texts that are in no caption file (twin captions, hard negatives); others are refused."""
+    from crg.parse import make_parser
+
+    with open(tiny_world / "gold_trees.jsonl", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f][:50]
+    parser = make_parser("world")
+    parsed = parser.parse_texts([d["caption"] for d in lines])
+    assert [t.pformat(margin=10**9) for t in parsed] == [Tree.fromstring(d["tree"]).pformat(margin=10**9) for d in lines]
+    assert parser.parse_texts(["a blue ball is to the left of a red cube"])[0].leaves()[-2:] == ["red", "cube"]
+    with pytest.raises(ValueError, match="not a caption of the world"):
+        parser.parse_texts(["a dog runs on the beach"])

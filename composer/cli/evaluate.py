@@ -36,6 +36,7 @@ from composer.program import ConceptProgram
 from composer.provenance import git_sha
 from composer.retrieval import score_matrix
 from crg.outputs import write_bytes_atomic, write_text_atomic
+from crg.parse import PARSERS
 from features.catalog import WORLD_SPLITS
 
 logger = logging.getLogger(__name__)
@@ -62,8 +63,9 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--world-split", choices=WORLD_SPLITS, help="--data world: compositional or random (default: "
                                                                 "the run's, from its results.json; else compositional)")
     ap.add_argument("--world-dir", help="a generated world's directory, for exact truth when --data is a file of it")
-    ap.add_argument("--parser", default="spacy", help="constituency parser for the CRG (default spacy)")
-    ap.add_argument("--parser-model", help="parser model name or path")
+    ap.add_argument("--parser", choices=PARSERS, help="constituency parser for the CRG (default: the run's, from its "
+                                                      "results.json; else the dataset's: the world's gold trees, spacy)")
+    ap.add_argument("--parser-model", help="parser model name or path (with --parser)")
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--max-pairs", type=int, default=4096, help="(image, caption) pairs per model call")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -147,12 +149,15 @@ def load(args):
         run = loaded.run_data or {}
         max_regions = args.max_regions or run.get("max_regions") or 100
         world_images = args.world_images or run.get("world_images") or 4000
+        parser, parser_model = args.parser, args.parser_model
+        if parser is None and args.data == run.get("data", args.data):  # the run's own parser on its own data
+            parser, parser_model = run.get("parser"), run.get("parser_model")
         # a run without the field predates the compositional default: its world had the random split
         world_split = args.world_split or run.get("world_split") or ("random" if run else "compositional")
         data = load_eval_data(args.data, split=args.split, captions=args.captions, features=args.features,
                               eval_images=args.eval_images, max_regions=max_regions, world_images=world_images,
                               world_split=world_split,
-                              world_dir=args.world_dir, parser=args.parser, parser_model=args.parser_model,
+                              world_dir=args.world_dir, parser=parser, parser_model=parser_model,
                               device=device, progress=not args.quiet)
     except FileNotFoundError as err:
         raise SystemExit(f"error: {err}") from None

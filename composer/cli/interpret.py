@@ -61,8 +61,8 @@ def caption_program(args, data) -> tuple[ConceptProgram, str, str | None]:
     from crg.extract import extract_concepts
     from crg.parse import make_parser
 
-    logger.info("caption not in the %s split: parsing it with %s", args.split, args.parser)
-    tree = make_parser(args.parser, args.parser_model).parse_texts([" ".join(args.caption.split())])[0]
+    logger.info("caption not in the %s split: parsing it with %s", args.split, data.parser[0])
+    tree = make_parser(*data.parser).parse_texts([" ".join(args.caption.split())])[0]
     return program_from_concepts(extract_concepts(tree)), args.caption, None
 
 

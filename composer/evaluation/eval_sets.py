@@ -67,6 +67,7 @@ class EvalData:
         truth: the dataset's exact truth (:class:`composer.evaluation.truth.ExactTruth`; the generated
             world has one), else None.
         store: the feature store, for images outside the candidates; max_regions: regions read per image.
+        parser: ``(parser, parser_model)`` the CRG was built with, for texts outside it.
     """
 
     name: str
@@ -81,6 +82,7 @@ class EvalData:
     truth: object | None
     store: object
     max_regions: int
+    parser: tuple[str, str | None] = ("spacy", None)
 
 
 def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
@@ -100,7 +102,8 @@ def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
 
 def load_eval_data(data: str, *, split: str = "test", captions: str | None = None, features: str | None = None,
                    eval_images: int = 1000, max_regions: int = 100, world_images: int = 4000,
-                   world_split: str = "compositional", world_dir: str | Path | None = None, parser: str = "spacy", parser_model: str | None = None,
+                   world_split: str = "compositional", world_dir: str | Path | None = None, parser: str | None = None,
+                   parser_model: str | None = None,
                    device: str | torch.device = "cpu", progress: bool = False, prune_probability: float = 0.0,
                    prune_seed: int = 0) -> EvalData:
     """Load an evaluation set (see the module docstring).
@@ -112,6 +115,7 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
         max_regions: detector regions per image (plus the global one), as in training.
         world_dir: a generated world's directory, for exact truth when ``data`` is one of its files
             (e.g. an MCD split of the world); found automatically for ``data="world"``.
+        parser, parser_model: the CRG's parser (default: the dataset's; the world: its gold trees).
         prune_probability, prune_seed: the CRG from degraded parses (Table 7; see :class:`DataConfig`).
     """
     from crg.corpus import read_corpus
@@ -123,6 +127,7 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
     spec = resolve_dataset(data, captions=captions, features=features, world_images=world_images,
                            world_split=world_split, progress=progress)
     splits = resolve_splits(spec, split)
+    parser, parser_model = spec.parser_for(parser, parser_model)  # None: the dataset's (the world: its gold trees)
     graph, _ = get_or_build_graph(spec.captions, splits, parser_name=parser, parser_model=parser_model,
                                   progress=progress, prune_probability=prune_probability, prune_seed=prune_seed)
     if graph.num_captions == 0:
@@ -143,4 +148,4 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
                     caption_image=np.asarray(ev.caption_image), regions=torch.from_numpy(batch.features).to(device),
                     geometry=torch.from_numpy(batch.geometry).to(device),
                     region_mask=torch.from_numpy(batch.mask).to(device), truth=truth,
-                    store=store, max_regions=max_regions)
+                    store=store, max_regions=max_regions, parser=(parser, parser_model))

@@ -40,6 +40,9 @@ __all__ = ["EvalSets", "StudyOptions", "run_study", "build_run", "check_study_di
 # The study still runs on the world's random (i.i.d.) split, as when its results were measured; issue 17
 # moves it to the compositional splits (held-out compounds, docs/world.md).
 STUDY_WORLD_SPLIT = "random"
+# Every graph of the study is built as its training graphs are: from the world's gold trees (docs/world.md,
+# "Gold parses"), also the MCD split's, the hard negatives' and the windows'.
+STUDY_PARSER = "world"
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +120,7 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     logger.info("world: %s", spec.world_dir)
     mcd = make_mcd_windows(profile, spec.captions, out / "data" / "mcd")
 
-    test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), progress=False)
+    test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), parser_name=STUDY_PARSER, progress=False)
     dm = CompositionDataModule(DataConfig(data="world", world_images=profile.world_images,
                                           world_split=STUDY_WORLD_SPLIT))
     dm.graphs["test"] = test_graph
@@ -147,7 +150,7 @@ def make_mcd_windows(profile: StudyProfile, captions: Path, out: Path) -> dict:
     from crg.mcd import MCDConfig, build_problem, eligible_candidates, make_mcd_split
     from crg.mcd_output import GraphOptions, MCDCorpora, write_mcd_split
 
-    graph, _ = get_or_build_graph(captions, None, progress=False)
+    graph, _ = get_or_build_graph(captions, None, parser_name=STUDY_PARSER, progress=False)
     splits = np.asarray(graph.image_splits, dtype=object)
     problem = build_problem(graph, graph, train_images=np.flatnonzero(splits == "train"),
                             candidate_images=np.flatnonzero(np.isin(splits, list(profile.mcd_candidate_splits))))
@@ -161,7 +164,7 @@ def make_mcd_windows(profile: StudyProfile, captions: Path, out: Path) -> dict:
     targets = sorted({round(float(t), 3) for t in np.linspace(lo, hi, profile.num_windows)})
     written = write_mcd_split(MCDCorpora(str(captions), ["train"], candidate_splits=list(profile.mcd_candidate_splits)),
                               out, MCDConfig(num_images=k, target_cds=tuple(targets), progress=False),
-                              graphs=GraphOptions(progress=False))
+                              graphs=GraphOptions(parser_name=STUDY_PARSER, progress=False))
     report = written.report
     windows = [{"target": t["target"], "compound_divergence": t["compound_divergence"],
                 "atom_divergence": t["atom_divergence"], "window_start": t["window_start"],
@@ -199,15 +202,15 @@ class EvalSets:
 
         return self._get(("file", path, prune, max_regions), lambda: load_eval_data(
             path, split="all", features=self.data["world"]["features"], eval_images=num_images,
-            max_regions=max_regions, prune_probability=prune, prune_seed=PRUNE_SEED))
+            max_regions=max_regions, parser=STUDY_PARSER, prune_probability=prune, prune_seed=PRUNE_SEED))
 
     def hn_programs(self, prune: float) -> dict:
         from composer.evaluation.hard_negatives import eval_pairs
         from composer.evaluation.text_pairs import programs_for_texts
 
         texts = [t for _, t in eval_pairs(self.hn_set)]
-        return self._get(("hn", prune), lambda: programs_for_texts(texts, prune_probability=prune,
-                                                                   prune_seed=PRUNE_SEED))
+        return self._get(("hn", prune), lambda: programs_for_texts(texts, parser_name=STUDY_PARSER,
+                                                                   prune_probability=prune, prune_seed=PRUNE_SEED))
 
 
 # ---------------------------------------------------------------------------- one run

@@ -37,10 +37,15 @@ import re
 
 from nltk import Tree
 
+from crg.parser_base import ConstituencyParser
 from features.world.grammar import parse_caption_tree
 from features.world.scene import WorldConfig
 
-__all__ = ["caption_tokens", "gold_tree", "gold_tree_string", "gold_tree_line"]
+__all__ = ["caption_tokens", "gold_tree", "gold_tree_string", "gold_tree_line", "WorldGrammarParser",
+           "GOLD_TREES_VERSION"]
+
+# bumped whenever the trees of a caption change (the bracketing, the tokens): parse caches key on it
+GOLD_TREES_VERSION = 1
 
 _TOKEN = re.compile(r"[^\s,.]+|[,.]")
 _PUNCT = (",", ".")
@@ -90,6 +95,39 @@ def gold_tree(text: str, cfg: WorldConfig = WorldConfig()) -> Tree:
 def gold_tree_line(text: str, cfg: WorldConfig = WorldConfig()) -> str:
     """One line of ``gold_trees.jsonl`` (what :class:`crg.preparsed.PreparsedTrees` reads), newline included."""
     return json.dumps({"caption": text, "tree": gold_tree_string(text, cfg)}) + "\n"
+
+
+class WorldGrammarParser(ConstituencyParser):
+    """The world's grammar as a parser backend (``--parser world``): :func:`gold_tree` of any text of the
+    world's language, captions or not (twin captions, hard negatives, phrases), so every text of the world
+    is analysed as its captions are. A text outside the language raises ``ValueError`` (the CRG builder
+    counts it as a parse failure).
+
+    >>> WorldGrammarParser().parse_texts(["a red cube"])[0].pformat(margin=200)
+    '(TOP (NP (DT a) (JJ red) (NN cube)))'
+    """
+
+    name = "world"
+
+    def __init__(self, cfg: WorldConfig = WorldConfig()):
+        self.cfg = cfg
+
+    def parse_texts(self, texts) -> list[Tree]:
+        return [gold_tree(text, self.cfg) for text in texts]
+
+    def parse_tokens(self, sentences) -> list[Tree]:
+        return [gold_tree(" ".join(words), self.cfg) for words in sentences]
+
+    def cache_key(self) -> str:
+        return f"world:gold-trees-v{GOLD_TREES_VERSION}:{hash_config(self.cfg)}"
+
+
+def hash_config(cfg: WorldConfig) -> str:
+    """A short stable digest of the world's vocabulary settings (what the grammar's reader depends on)."""
+    import hashlib
+    from dataclasses import asdict
+
+    return hashlib.sha1(json.dumps(asdict(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _on_tokens(node, words: list[int]) -> list:
