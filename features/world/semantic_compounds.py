@@ -7,11 +7,21 @@ and which shapes a relation joins, whatever the synonyms or sentence form.
 
 * atoms: the attribute values (``red``, ``small``, ``metal``), shapes (``ball``) and relation names
   (``right_of``, as mentioned) of the caption;
-* compounds: ``attr:<value>|<shape>`` for every attribute of every shaped object (all attribute kinds),
-  and ``rel:<shape>|<relation>|<shape>`` for every relation between two shaped objects, in one canonical
-  direction per fact: ``left_of``, ``in_front_of`` and ``on_top_of`` (their inverses are flipped, as
-  :func:`features.world.compositional.canonical_relation` does for the held-out compounds) and
-  ``next_to`` with its shapes in alphabetical order (it is symmetric).
+* compounds, the connected pieces of the logical form of two or more atoms (as Keysers et al.'s compounds
+  are the sub-graphs of an example's structure, not only its pairs):
+
+  - ``attr:<value>|<shape>`` for every attribute of every shaped object (all attribute kinds);
+  - ``rel:<shape>|<relation>|<shape>`` for every relation between two shaped objects, in one canonical
+    direction per fact: ``left_of``, ``in_front_of`` and ``on_top_of`` (their inverses are flipped, as
+    :func:`features.world.compositional.canonical_relation` does for the held-out compounds) and
+    ``next_to`` with its shapes in alphabetical order (it is symmetric);
+  - ``obj:<shape>|<value>|<value>...`` for an object described with two or more attributes (values sorted);
+  - ``fact:<object>|<relation>|<object>`` for a relation whose arguments carry attributes, each argument
+    written ``<shape>+<value>+...`` (values sorted), in the same canonical direction as ``rel:``.
+
+  A held-out pair (a red cube) therefore also makes new the larger pieces it sits in (a small red cube, a
+  red cube left of a ball), as in the MCD papers; :func:`semantic_compounds` with ``pairs_only=True``
+  gives the pairs alone (docs/world.md reports both).
 
 A shapeless "object" or "thing" makes no compound, as in :func:`features.world.compositional.caption_compounds`.
 """
@@ -80,15 +90,32 @@ def caption_atoms(lf: Caption) -> list[str]:
     return sorted(atoms)
 
 
-def semantic_compounds(lf: Caption) -> list[str]:
-    """Sorted ``attr:`` and ``rel:`` compounds of the caption (see the module docstring).
+def _described(ref: ObjectRef) -> str:
+    return "+".join([ref.shape, *sorted(value for _, value in ref.attrs)])
+
+
+def semantic_compounds(lf: Caption, *, pairs_only: bool = False) -> list[str]:
+    """Sorted compounds of the caption (see the module docstring): ``attr:`` and ``rel:`` pairs, and unless
+    ``pairs_only`` the ``obj:`` and ``fact:`` pieces they sit in.
 
     >>> red_cube = ObjectRef("cube", (("color", "red"), ("material", "metal")))
-    >>> semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"))
+    >>> semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"), pairs_only=True)
     ['attr:metal|cube', 'attr:red|cube', 'rel:cube|left_of|ball']
+    >>> semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"))[-2:]
+    ['obj:cube|metal|red', 'rel:cube|left_of|ball']
+    >>> semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"))[0]
+    'attr:metal|cube'
+    >>> [c for c in semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"))
+    ...  if c.startswith("fact:")]
+    ['fact:cube+metal+red|left_of|ball']
     """
     refs, facts = _walk(lf)
+    shaped = [(a, relation, b) for a, relation, b in facts if a.shape is not None and b.shape is not None]
     out = {f"attr:{value}|{ref.shape}" for ref in refs if ref.shape is not None for _, value in ref.attrs}
-    out |= {"rel:" + "|".join(canonical_fact(a.shape, relation, b.shape))
-            for a, relation, b in facts if a.shape is not None and b.shape is not None}
+    out |= {"rel:" + "|".join(canonical_fact(a.shape, relation, b.shape)) for a, relation, b in shaped}
+    if not pairs_only:
+        out |= {"obj:" + "|".join([ref.shape, *sorted(value for _, value in ref.attrs)])
+                for ref in refs if ref.shape is not None and len(ref.attrs) >= 2}
+        out |= {"fact:" + "|".join(canonical_fact(_described(a), relation, _described(b)))
+                for a, relation, b in shaped if a.attrs or b.attrs}
     return sorted(out)
