@@ -7,26 +7,28 @@ and which shapes a relation joins, whatever the synonyms or sentence form.
 
 * atoms: the attribute values (``red``, ``small``, ``metal``), shapes (``ball``) and relation names
   (``right_of``, as mentioned) of the caption;
-* compounds, the connected pieces of the logical form of two or more atoms (as Keysers et al.'s compounds
-  are the sub-graphs of an example's structure, not only its pairs):
+* compounds, the connected pieces of the logical form of two to four atoms, as Keysers et al.'s compounds
+  are the sub-graphs of an example's structure up to a size, not only its pairs (objects are nodes, their
+  shape and attributes its atoms, a relation an edge whose atom is its name):
 
-  - ``attr:<value>|<shape>`` for every attribute of every shaped object (all attribute kinds);
-  - ``rel:<shape>|<relation>|<shape>`` for every relation between two shaped objects, in one canonical
-    direction per fact: ``left_of``, ``in_front_of`` and ``on_top_of`` (their inverses are flipped, as
-    :func:`features.world.compositional.canonical_relation` does for the held-out compounds) and
-    ``next_to`` with its shapes in alphabetical order (it is symmetric);
-  - ``obj:<shape>|<value>|<value>...`` for an object described with two or more attributes (values sorted);
-  - ``fact:<object>|<relation>|<object>`` for a relation whose arguments carry attributes, each argument
-    written ``<shape>+<value>+...`` (values sorted), in the same canonical direction as ``rel:``.
+  - ``attr:<value>|<shape>``: an attribute of a shaped object (all attribute kinds);
+  - ``attrs:<value>+<value>[+<value>]|<shape>``: two or three attributes of one object (values sorted);
+  - ``rel:<shape>|<relation>|<shape>``: a relation between two shaped objects, in one canonical direction per
+    fact: ``left_of``, ``in_front_of`` and ``on_top_of`` (their inverses are flipped, as
+    :func:`features.world.compositional.canonical_relation` does for the held-out compounds) and ``next_to``
+    with its shapes in alphabetical order (it is symmetric);
+  - ``fact:<object>|<relation>|<object>``: such a relation with one attribute of one of its objects, the object
+    written ``<value>+<shape>`` (four atoms).
 
-  A held-out pair (a red cube) therefore also makes new the larger pieces it sits in (a small red cube, a
-  red cube left of a ball), as in the MCD papers; :func:`semantic_compounds` with ``pairs_only=True``
-  gives the pairs alone (docs/world.md reports both).
+  A held-out pair (a red cube) thus also makes new the pieces it sits in (a small red cube, a red cube left
+  of a ball). ``pairs_only=True`` gives the ``attr:`` and ``rel:`` pieces alone; docs/world.md reports both.
 
 A shapeless "object" or "thing" makes no compound, as in :func:`features.world.compositional.caption_compounds`.
 """
 
 from __future__ import annotations
+
+from itertools import combinations
 
 from features.world.scene import INVERSE
 from features.world.semantics import Caption, ObjectRef
@@ -37,8 +39,9 @@ _FLIPPED = ("right_of", "behind", "under")  # written as their inverses
 _SYMMETRIC = ("next_to",)
 
 
-def canonical_fact(a: str, relation: str, b: str) -> tuple[str, str, str]:
-    """One key for a relation fact, its inverse and, for a symmetric relation, its converse.
+def canonical_fact(a: str, relation: str, b: str, *, order: tuple[str, str] | None = None) -> tuple[str, str, str]:
+    """One key for a relation fact, its inverse and, for a symmetric relation, its converse. ``order`` (the two
+    objects' shapes) decides a symmetric relation's direction when ``a`` / ``b`` carry more than the shape.
 
     >>> canonical_fact("ball", "right_of", "cube"), canonical_fact("cube", "under", "ball")
     (('cube', 'left_of', 'ball'), ('ball', 'on_top_of', 'cube'))
@@ -47,7 +50,7 @@ def canonical_fact(a: str, relation: str, b: str) -> tuple[str, str, str]:
     """
     if relation in _FLIPPED:
         return b, INVERSE[relation], a
-    if relation in _SYMMETRIC and b < a:
+    if relation in _SYMMETRIC and (order[1] < order[0] if order else b < a):
         return b, relation, a
     return a, relation, b
 
@@ -90,32 +93,34 @@ def caption_atoms(lf: Caption) -> list[str]:
     return sorted(atoms)
 
 
-def _described(ref: ObjectRef) -> str:
-    return "+".join([ref.shape, *sorted(value for _, value in ref.attrs)])
-
-
 def semantic_compounds(lf: Caption, *, pairs_only: bool = False) -> list[str]:
     """Sorted compounds of the caption (see the module docstring): ``attr:`` and ``rel:`` pairs, and unless
-    ``pairs_only`` the ``obj:`` and ``fact:`` pieces they sit in.
+    ``pairs_only`` the larger pieces they sit in (``attrs:``, ``fact:``).
 
     >>> red_cube = ObjectRef("cube", (("color", "red"), ("material", "metal")))
-    >>> semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"), pairs_only=True)
+    >>> lf = Caption("clause", (ObjectRef("ball"), red_cube), "right_of")
+    >>> semantic_compounds(lf, pairs_only=True)
     ['attr:metal|cube', 'attr:red|cube', 'rel:cube|left_of|ball']
-    >>> semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"))[-2:]
-    ['obj:cube|metal|red', 'rel:cube|left_of|ball']
-    >>> semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"))[0]
-    'attr:metal|cube'
-    >>> [c for c in semantic_compounds(Caption("clause", (ObjectRef("ball"), red_cube), "right_of"))
-    ...  if c.startswith("fact:")]
-    ['fact:cube+metal+red|left_of|ball']
+    >>> [c for c in semantic_compounds(lf) if c.startswith(("attrs:", "fact:"))]
+    ['attrs:metal+red|cube', 'fact:metal+cube|left_of|ball', 'fact:red+cube|left_of|ball']
     """
     refs, facts = _walk(lf)
-    shaped = [(a, relation, b) for a, relation, b in facts if a.shape is not None and b.shape is not None]
-    out = {f"attr:{value}|{ref.shape}" for ref in refs if ref.shape is not None for _, value in ref.attrs}
-    out |= {"rel:" + "|".join(canonical_fact(a.shape, relation, b.shape)) for a, relation, b in shaped}
-    if not pairs_only:
-        out |= {"obj:" + "|".join([ref.shape, *sorted(value for _, value in ref.attrs)])
-                for ref in refs if ref.shape is not None and len(ref.attrs) >= 2}
-        out |= {"fact:" + "|".join(canonical_fact(_described(a), relation, _described(b)))
-                for a, relation, b in shaped if a.attrs or b.attrs}
+    out = set()
+    for ref in refs:
+        if ref.shape is None:
+            continue
+        values = sorted(value for _, value in ref.attrs)
+        out |= {f"attr:{value}|{ref.shape}" for value in values}
+        if not pairs_only:
+            out |= {f"attrs:{'+'.join(group)}|{ref.shape}" for k in (2, 3) for group in combinations(values, k)}
+    for a, relation, b in facts:
+        if a.shape is None or b.shape is None:
+            continue
+        out.add("rel:" + "|".join(canonical_fact(a.shape, relation, b.shape)))
+        if pairs_only:
+            continue
+        for value in sorted(v for _, v in a.attrs):
+            out.add("fact:" + "|".join(canonical_fact(f"{value}+{a.shape}", relation, b.shape, order=(a.shape, b.shape))))
+        for value in sorted(v for _, v in b.attrs):
+            out.add("fact:" + "|".join(canonical_fact(a.shape, relation, f"{value}+{b.shape}", order=(a.shape, b.shape))))
     return sorted(out)
