@@ -126,8 +126,15 @@ def test_compounds_put_each_fact_in_one_direction():
     b = parse_caption("A ball is on top of a red cube.")
     c = parse_caption("A ball next to a cube.")
     d = parse_caption("A cube beside a ball.")
-    assert semantic_compounds(a) == semantic_compounds(b) == ["attr:red|cube", "rel:ball|on_top_of|cube"]
+    assert semantic_compounds(a, pairs_only=True) == semantic_compounds(b, pairs_only=True) == [
+        "attr:red|cube", "rel:ball|on_top_of|cube"]
+    assert semantic_compounds(a) == semantic_compounds(b) == [
+        "attr:red|cube", "fact:ball|on_top_of|red+cube", "rel:ball|on_top_of|cube"]
     assert semantic_compounds(c) == semantic_compounds(d) == ["rel:ball|next_to|cube"]
+    # the symmetric relation keeps its shapes' order when an object carries an attribute
+    assert semantic_compounds(parse_caption("A red cube next to a ball.")) == semantic_compounds(
+        parse_caption("A ball beside a red cube.")) == ["attr:red|cube", "fact:ball|next_to|red+cube",
+                                                         "rel:ball|next_to|cube"]
     assert caption_atoms(a) == ["ball", "cube", "red", "under"]
 
 
