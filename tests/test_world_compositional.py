@@ -157,3 +157,20 @@ def test_oracle_ceilings_on_twin_groups(world):
     assert results["bag_of_words"]["text"] <= 50.0
     assert results["bound_objects"]["relation"]["text"] <= 50.0
     assert results["bound_objects"]["binding"]["text"] > 50.0
+
+
+def test_the_store_check_expects_twin_images_but_still_reports_other_extra_images(world, tmp_path):
+    from crg.corpus import read_corpus
+    from features.check import validate_store
+
+    def extra(captions):
+        return [p for p in validate_store(world / "features.h5", read_corpus(captions)) if p.code == "extra_image"]
+
+    from features.store import FeatureStore
+
+    assert any("~" in i for i in FeatureStore(world / "features.h5").image_ids)  # the store holds twin images
+    assert extra(world / "captions.jsonl") == []  # the twins (<id>~relation~1, ...) are the store's own
+    fewer = tmp_path / "captions.jsonl"  # a corpus without its first image: that image is extra, the twins are not
+    fewer.write_text("".join((world / "captions.jsonl").read_text().splitlines(keepends=True)[1:]))
+    problems = extra(fewer)
+    assert len(problems) == 1 and problems[0].message.startswith("1 image(s)")
