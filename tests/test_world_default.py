@@ -51,6 +51,7 @@ def test_training_reports_every_test_set_with_any_true_recall_and_ceilings(data_
         assert ceilings["bag_of_words"]["sentence"]["R@1"] <= ceilings["exact"]["sentence"]["R@1"] + 1e-9
     table = format_retrieval_table({k: results[k] for k in ("test", "systematic", "productivity")})
     assert "generalisation gap" in table and "systematic" in table and "bound_objects" in table
+    assert "relative to each set's exact-truth ceiling" in table
 
 
 def _set(positives, caption_image=(0, 1)):
