@@ -135,3 +135,15 @@ def test_resume_after_a_kill_mid_epoch_ends_with_the_same_weights(tiny_world, tm
     assert second.global_step == full.global_step
     for k, v in module.state_dict().items():
         assert torch.equal(v, reference[k]), k
+
+
+def test_cpu_runs_use_deterministic_algorithms_unless_told():
+    """Two-thread CPU runs of one seed differed in the loss's seventh digit without them (docs: TrainerOptions)."""
+    from composer.cli.train_composer import build_argparser
+    from composer.training.fit import TrainerOptions, deterministic_algorithms
+
+    assert deterministic_algorithms(TrainerOptions(accelerator="cpu")) is True
+    assert deterministic_algorithms(TrainerOptions(accelerator="cpu", deterministic=False)) is False
+    ap = build_argparser()
+    assert ap.parse_args(["--out", "o"]).deterministic is None
+    assert ap.parse_args(["--out", "o", "--no-deterministic"]).deterministic is False

@@ -30,7 +30,7 @@ from composer.config import plain_config
 from composer.factory import CLIP_FAMILY
 from composer.provenance import git_sha, hardware_description
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
-from composer.training.fit import TrainerOptions, training_precision
+from composer.training.fit import TrainerOptions, deterministic_algorithms, training_precision
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 
 __all__ = ["EvalSets", "StudyOptions", "run_study", "build_run", "check_study_dir", "collect", "prepare_data",
@@ -304,6 +304,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     trainer = L.Trainer(
         default_root_dir=out, max_epochs=max_epochs, max_steps=max_steps, accelerator=options.accelerator, devices=1,
         precision=training_precision(TrainerOptions(accelerator=options.accelerator, precision=options.precision)),
+        deterministic=deterministic_algorithms(TrainerOptions(accelerator=options.accelerator)),
         logger=CSVLogger(out, name="logs"),
         enable_checkpointing=False, limit_val_batches=0, num_sanity_val_steps=0, enable_progress_bar=False,
         enable_model_summary=False, log_every_n_steps=profile.log_every_n_steps,
