@@ -200,7 +200,7 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
             logger.warning("--resume: %s has no checkpoint yet (the run stopped before its first one): training "
                            "from the start", out)
     trainer.fit(module, datamodule=dm, ckpt_path=resume_from, weights_only=True)  # never unpickle
-    trainer.save_checkpoint(last)  # the weights the results below describe
+    trainer.save_checkpoint(last, weights_only=False)  # the weights the results below describe (and optimiser state)
     if trainer.is_global_zero:  # the same weights as a saved model: gc-evaluate --model OUT/model
         from composer.training.checkpoint import export_pretrained
 
