@@ -49,7 +49,12 @@ def test_training_reports_every_test_set_with_any_true_recall_and_ceilings(data_
         assert set(ceilings) == {"exact", "bound_objects", "bag_of_words"}
         assert ceilings["exact"]["sentence_any_true"]["R@1"] == 100.0  # exact truth ranks a true image first
         assert ceilings["bag_of_words"]["sentence"]["R@1"] <= ceilings["exact"]["sentence"]["R@1"] + 1e-9
+    for name in ("test", "systematic"):  # the world's minimal pairs, scored by the trained model
+        twins = results[name]["twins"]
+        assert twins["groups"] > 0 and all(0.0 <= twins[k] <= 100.0 for k in ("text", "image", "group"))
+        assert twins["group"] <= min(twins["text"], twins["image"])
     table = format_retrieval_table({k: results[k] for k in ("test", "systematic", "productivity")})
+    assert "twins, systematic: text" in table
     assert "generalisation gap" in table and "systematic" in table and "bound_objects" in table
     assert "relative to each set's exact-truth ceiling" in table
 

@@ -236,6 +236,12 @@ def format_retrieval_table(reports: dict[str, dict]) -> str:
                 cells.append("-" if single is None else f"{single:.1f}" + ("" if anyt is None else f", {anyt:.1f}"))
             line += "  " + " / ".join(cells)
         lines.append(line)
+    for name, r in reports.items():  # Winoground-style minimal pairs: chance is 25 / 25 / 16.7, ties fail
+        t = r.get("twins")
+        if t:
+            kinds = ", ".join(f"{k} {t[k]['group']:.1f}" for k in ("relation", "binding") if t.get(k))
+            lines.append(f"twins, {_SET_LABELS.get(name, name)}: text {t['text']:.1f} / image {t['image']:.1f} / group "
+                         f"{t['group']:.1f} ({t['groups']} groups; group by kind: {kinds})")
     if "test" in reports and "systematic" in reports:
         test, systematic = reports["test"], reports["systematic"]
         gap = test["sentence"]["R@1"] - systematic["sentence"]["R@1"]

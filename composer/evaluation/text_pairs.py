@@ -20,7 +20,7 @@ import torch
 from composer.evaluation.hard_negatives import eval_pairs, evaluate_pair_scores, restrict_eval_set
 from composer.program import ConceptProgram, ProgramBatch
 
-__all__ = ["hard_negative_accuracy", "programs_for_texts", "score_text_image_pairs"]
+__all__ = ["hard_negative_accuracy", "programs_for_texts", "score_text_image_pairs", "twin_group_scores"]
 
 
 class _ParserOnDemand:
@@ -136,4 +136,30 @@ def hard_negative_accuracy(model, tokenizer, eval_set: Mapping, programs: Mappin
                                     device=device, max_pairs=max_pairs)
     out = evaluate_pair_scores(kept, scores)
     out.update({"dropped": dropped, "num_pairs": len(pairs), "seconds": round(time.perf_counter() - started, 2)})
+    return out
+
+
+def twin_group_scores(model, tokenizer, groups: Sequence[Mapping], store, *, max_regions: int,
+                      parser_name: str = "spacy", parser_model: str | None = None,
+                      device: str | torch.device = "cpu", max_pairs: int = 4096) -> dict | None:
+    """Winoground text / image / group scores of minimal-pair twin groups for one model
+    (:func:`composer.evaluation.twins.twin_scores`, overall and per kind).
+
+    ``groups`` are records with ``caption_0``, ``caption_1``, ``image_0``, ``image_1`` and ``kind`` (a generated
+    world's ``twins.jsonl``); caption ``k`` is true of image ``k``. The captions are parsed as the CRG's are
+    (``parser_name``); a group whose captions have no program is left out and counted (``dropped``). None when
+    no group is left.
+    """
+    from composer.evaluation.twins import twin_scores
+
+    texts = [g[f"caption_{k}"] for g in groups for k in (0, 1)]
+    programs = programs_for_texts(texts, parser_name=parser_name, parser_model=parser_model)
+    kept = [g for g in groups if programs.get(g["caption_0"]) is not None and programs.get(g["caption_1"]) is not None]
+    if not kept:
+        return None
+    pairs = [(g[f"image_{i}"], g[f"caption_{c}"]) for g in kept for c in (0, 1) for i in (0, 1)]  # (G * 4,)
+    scores = score_text_image_pairs(model, tokenizer, pairs, programs, store, max_regions=max_regions,
+                                    device=device, max_pairs=max_pairs)
+    out = twin_scores(scores.reshape(len(kept), 2, 2), [g["kind"] for g in kept])  # (G, caption, image)
+    out["dropped"] = len(groups) - len(kept)
     return out

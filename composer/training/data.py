@@ -210,13 +210,35 @@ class CompositionDataModule(L.LightningDataModule):
         """The dataset's further evaluation sets, scored after training beside ``test``."""
         return tuple(self.dataset_spec().eval_splits)
 
+    def splits_of(self, role: str) -> tuple[str, ...]:
+        """The dataset's split labels of a role (``train``, ``val``, ``test``, or a further evaluation set)."""
+        spec = self.dataset_spec()
+        return tuple({"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits,
+                      **spec.eval_splits}[role])
+
+    def parser(self) -> tuple[str, str | None]:
+        """``(parser, parser_model)`` the CRGs are built with: the configured one, else the dataset's."""
+        return self.dataset_spec().parser_for(self.cfg.parser, self.cfg.parser_model)
+
+    def twin_groups(self, role: str) -> list[dict]:
+        """The minimal-pair twin groups (a compositional world's ``twins.jsonl`` records) of a role's splits;
+        none for other datasets or with ``captions`` overridden."""
+        import json
+
+        world = self.dataset_spec().world_dir
+        path = None if world is None or self.cfg.captions is not None else world / "twins.jsonl"
+        if path is None or not path.exists():
+            return []
+        splits = set(self.splits_of(role))
+        with open(path, encoding="utf-8") as f:
+            return [g for g in map(json.loads, f) if g["split"] in splits]
+
     def _graph(self, role: str):
         from crg.graph_cache import get_or_build_graph
 
         spec = self.dataset_spec()
-        splits = {"train": spec.train_splits, "val": spec.val_splits, "test": spec.test_splits,
-                  **spec.eval_splits}[role]
-        parser_name, parser_model = spec.parser_for(self.cfg.parser, self.cfg.parser_model)
+        splits = self.splits_of(role)
+        parser_name, parser_model = self.parser()
         graph, _ = get_or_build_graph(spec.captions, list(splits), parser_name=parser_name,
                                       parser_model=parser_model, progress=False,
                                       prune_probability=self.cfg.prune_probability, prune_seed=self.cfg.prune_seed)

@@ -215,11 +215,27 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
         for role in dm.eval_roles():  # the compositional world's systematic and productivity sets
             trainer.test(module, dataloaders=dm.eval_dataloader(role))
             results[role] = module.results.get(role)
+        if trainer.is_global_zero:
+            add_twin_scores(module, dm, results)
     if "val" in module.results:
         results["val"] = module.results["val"]
     if trainer.is_global_zero:
         write_json_atomic(out / "results.json", results)
     return results
+
+
+def add_twin_scores(module, dm: CompositionDataModule, results: dict) -> None:
+    """Each test set's twin groups (a compositional world's minimal pairs), scored by the trained model:
+    ``results[role]["twins"]`` = text / image / group scores, overall and per kind."""
+    from composer.evaluation.text_pairs import twin_group_scores
+
+    for role in ("test", *dm.eval_roles()):
+        groups = dm.twin_groups(role)
+        if groups and results.get(role):
+            name, model = dm.parser()
+            results[role]["twins"] = twin_group_scores(
+                module.model, module.tokenizer, groups, dm.store, max_regions=dm.cfg.max_regions, parser_name=name,
+                parser_model=model, device=module.device, max_pairs=module.eval_max_pairs)
 
 
 def run_settings(recipe: TrainingRecipe, options: TrainerOptions) -> dict:
