@@ -13,6 +13,12 @@ DATA = Path(__file__).resolve().parent / "data"
 SHARED = ROOT.parent / "shared" / "data"
 
 
+def pytest_configure(config):
+    # `pytest -m paper_size` selects them; they also run in the default suite
+    config.addinivalue_line("markers", "paper_size: the paper's model sizes on CPU (BERT-base PT, 100 regions x "
+                                       "2048-d; tests/test_paper_size.py, about 3 minutes on 2 cores)")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
     os.environ["GC_CACHE_DIR"] = str(tmp_path_factory.mktemp("gc_cache"))
