@@ -93,7 +93,8 @@ def write_butd_tsv(records: list[dict], paths: list[Path], *, min_boxes: int, ma
 def run(step: str, cmd: list[str], timings: dict, log_dir: Path, env: dict) -> str:
     """Run ``cmd``, time it, keep its output in ``log_dir/step.log``; stop with the output's tail on failure."""
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
     timings[step] = round(time.perf_counter() - started, 1)
     (log_dir / f"{step}.log").write_text(" ".join(cmd) + "\n\n" + proc.stdout)
     print(f"{step:<12} {timings[step]:>8.1f} s   {' '.join(cmd[1:4])} ...", flush=True)
@@ -172,7 +173,8 @@ def main(argv=None) -> int:
     results = json.loads((work / "composer" / "results.json").read_text())
     test = results["test"]
     summary = {"images": counts, "tsv_gib": round(tsv_bytes / 2**30, 2),
-               "store_gib": round(store.stat().st_size / 2**30, 2), "preset": args.preset, "steps": results["global_step"], "batch_size": args.batch_size,
+               "store_gib": round(store.stat().st_size / 2**30, 2), "preset": args.preset,
+               "steps": results["global_step"], "batch_size": args.batch_size,
                "max_regions": args.max_regions, "train_seconds": results["train_seconds"],
                "test": {k: test[k] for k in ("sentence", "num_images", "num_captions", "seconds", "pairs_per_second",
                                              "chance_R@1")}}
