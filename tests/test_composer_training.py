@@ -30,14 +30,33 @@ def trainer(tmp_path, **kw):
 def test_epoch_batches_are_seeded_and_resume_skips_what_was_done():
     epoch = [0]
     s = EpochBatchSampler(10, 3, seed=1, epoch_fn=lambda: epoch[0])
-    assert len(s) == 3 and s.batches(0) == EpochBatchSampler(10, 3, seed=1).batches(0)
-    assert s.batches(0) != s.batches(1)
-    assert [[i for _, _, i in b] for b in s] == s.batches(0)
+    assert len(s) == 3 and s.global_batches(0) == EpochBatchSampler(10, 3, seed=1).global_batches(0)
+    assert s.global_batches(0) != s.global_batches(1)
+    assert [[i for _, _, i in b] for b in s] == s.global_batches(0)
+    assert [b[0][1] for b in s] == [0, 1, 2]  # each batch carries its index (it seeds the negatives)
     epoch[0] = 1
-    assert [[i for _, _, i in b] for b in s] == s.batches(1)  # the order follows the trainer's epoch
+    assert [[i for _, _, i in b] for b in s] == s.global_batches(1)  # the order follows the trainer's epoch
     s.resume_at(1, 2)
-    assert [[i for _, _, i in b] for b in s] == s.batches(1)[2:]
+    assert [[i for _, _, i in b] for b in s] == s.global_batches(1)[2:]
     assert len(list(s)) == 3  # the skip applies to one pass only
+
+
+def test_ddp_replicas_split_the_one_global_order_into_disjoint_equal_shares():
+    """3 processes, 23 captions in batches of 2: 11 global batches, 3 rounds of 3 (the last 2 batches
+    dropped so that every process steps equally); each process's batches keep their global index."""
+    shares = [EpochBatchSampler(23, 2, seed=4, num_replicas=3, rank=r) for r in range(3)]
+    everyone = shares[0].global_batches(0)
+    assert len(everyone) == 11 and all(len(s) == 3 for s in shares)
+    passes = [list(s) for s in shares]
+    for r, batches in enumerate(passes):
+        assert [b[0][1] for b in batches] == [r, r + 3, r + 6]
+        assert [[i for _, _, i in b] for b in batches] == everyone[r:9:3]
+    seen = [i for batches in passes for b in batches for _, _, i in b]
+    assert len(seen) == len(set(seen)) == 18
+    shares[1].resume_at(0, 2)  # resuming skips this process's own batches
+    assert [b[0][1] for b in shares[1]] == [7]
+    with pytest.raises(ValueError, match="rank 3"):
+        EpochBatchSampler(23, 2, seed=4, num_replicas=3, rank=3)
 
 
 def test_collated_batch_layout_and_negatives(tiny_world):

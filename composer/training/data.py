@@ -121,20 +121,38 @@ class EpochBatchSampler(Sampler[list[int]]):
     The epoch is read from ``epoch_fn`` at each pass (the trainer's current epoch; Lightning calls
     ``set_epoch`` only on samplers, not on batch samplers). :meth:`resume_at` makes the next pass of
     that epoch skip the batches already trained on.
+
+    Under DDP each of ``num_replicas`` processes takes every ``num_replicas``-th batch of the one global
+    order, from its ``rank`` on, all processes the same number (the last incomplete round is dropped, as
+    the last partial batch is): a step of N processes trains on N distinct batches, and each batch keeps
+    its global index, which seeds its negatives. Lightning cannot shard a batch sampler itself
+    (``use_distributed_sampler=False``, :func:`composer.training.fit.fit_and_report`).
     """
 
-    def __init__(self, num_items: int, batch_size: int, seed: int, epoch_fn=None):
+    def __init__(self, num_items: int, batch_size: int, seed: int, epoch_fn=None, *, num_replicas: int = 1,
+                 rank: int = 0):
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not one of {num_replicas} replicas")
         self.num_items, self.batch_size, self.seed = num_items, batch_size, seed
+        self.num_replicas, self.rank = num_replicas, rank
         self.epoch_fn = epoch_fn or (lambda: 0)
         self._resume: tuple[int, int] | None = None
 
     def resume_at(self, epoch: int, done: int) -> None:
+        """Skip the first ``done`` of this process's batches when the next pass is epoch ``epoch``."""
         self._resume = (epoch, done)
 
-    def batches(self, epoch: int) -> list[list[int]]:
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """Every process's batches of ``epoch``, in the order they are trained."""
         order = np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
         n = self.num_items // self.batch_size  # drop the last partial batch: equal-size steps
         return [order[k * self.batch_size:(k + 1) * self.batch_size].tolist() for k in range(n)]
+
+    def batches(self, epoch: int) -> list[tuple[int, list[int]]]:
+        """This process's batches of ``epoch``: (global batch index, caption indices)."""
+        everyone = self.global_batches(epoch)
+        mine = list(enumerate(everyone))[self.rank::self.num_replicas]
+        return mine[:len(self)]
 
     def __iter__(self):
         epoch = int(self.epoch_fn())
@@ -143,12 +161,12 @@ class EpochBatchSampler(Sampler[list[int]]):
             if self._resume[0] == epoch:
                 start = self._resume[1]
             self._resume = None
-        for k, batch in enumerate(self.batches(epoch)[start:], start):
+        for k, batch in self.batches(epoch)[start:]:
             yield [(epoch, k, i) for i in batch]
 
     def __len__(self) -> int:
         # the full epoch even when resuming: Lightning counts the restored batches as done
-        return self.num_items // self.batch_size
+        return (self.num_items // self.batch_size) // self.num_replicas
 
 
 class TrainingPosition:
@@ -269,18 +287,27 @@ class CompositionDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ training batches
     def train_dataloader(self) -> DataLoader:
         g = self.graphs["train"]
+        replicas, rank = self._replicas()
         sampler = EpochBatchSampler(g.num_captions, self.cfg.batch_size, self.cfg.seed,
-                                    epoch_fn=lambda: self.trainer.current_epoch if self.trainer is not None else 0)
+                                    epoch_fn=lambda: self.trainer.current_epoch if self.trainer is not None else 0,
+                                    num_replicas=replicas, rank=rank)
         # its own generator: making an iterator must not draw from the global RNG (dropout's), or a
         # resumed run's dropout masks would shift by one draw
         return _StatefulLoader(_Indices(), batch_sampler=sampler, position=self.position,
                                collate_fn=self.collate_train, num_workers=self.cfg.num_workers,
                                generator=torch.Generator().manual_seed(self.cfg.seed))
 
+    def _replicas(self) -> tuple[int, int]:
+        """(processes training, this one's global rank): (1, 0) outside a trainer or without DDP."""
+        if self.trainer is None:
+            return 1, 0
+        return self.trainer.world_size, self.trainer.global_rank
+
     def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch: under DDP each step takes one batch per process."""
         if "train" not in self.graphs:
             self.setup()
-        return max(1, self.graphs["train"].num_captions // self.cfg.batch_size)
+        return max(1, self.graphs["train"].num_captions // self.cfg.batch_size // self._replicas()[0])
 
     def mark_trained(self, epoch: int, batch_idx: int) -> None:
         """Record that the batch ``batch_idx`` of ``epoch`` has been trained on (called by the step)."""

@@ -7,6 +7,7 @@ its runs with its own short loop (no checkpoints) but builds them the same way (
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -188,6 +189,7 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
         strategy="ddp" if gpu and torch.cuda.device_count() > 1 else "auto",
         logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")], callbacks=callbacks,
         enable_progress_bar=options.progress, deterministic=deterministic_algorithms(options), num_sanity_val_steps=0,
+        use_distributed_sampler=False,  # the training batch sampler shards itself (EpochBatchSampler)
         gradient_clip_val=module.optim.grad_clip or None, log_every_n_steps=10,
         check_val_every_n_epoch=options.val_every or val_every)
     started = time.perf_counter()
@@ -247,6 +249,14 @@ def run_settings(recipe: TrainingRecipe, options: TrainerOptions) -> dict:
             "precision": training_precision(options)}
 
 
+def is_first_process() -> bool:
+    """Whether this process is global rank 0, as its launcher says before any process group exists: the
+    one started by hand is, as Lightning's first DDP process is. The processes Lightning starts for the
+    other devices (``LOCAL_RANK``) or nodes (``NODE_RANK``), torchrun's (``RANK``) and SLURM's
+    (``SLURM_PROCID``) say which they are."""
+    return all(int(os.environ.get(name) or 0) == 0 for name in ("RANK", "SLURM_PROCID", "NODE_RANK", "LOCAL_RANK"))
+
+
 def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path) -> dict:
     """Train ``recipe`` into the run folder ``out``; returns what ``results.json`` holds.
 
@@ -256,8 +266,9 @@ def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path) -> d
     """
     out = Path(out)
     mode = "resume" if options.resume else options.mode
-    prepare_output_dir(out, command=f"train {recipe.model}", settings=run_settings(recipe, options), mode=mode,
-                       owned=OWNED)
+    if is_first_process():  # under DDP the other processes find the folder prepared
+        prepare_output_dir(out, command=f"train {recipe.model}", settings=run_settings(recipe, options), mode=mode,
+                           owned=OWNED)
     logger.info("git %s; recipe %s; trainer %s", git_sha(), recipe, options)
     run = prepare_run(recipe, max_steps=options.max_steps)
     results = {"model": recipe.model,
