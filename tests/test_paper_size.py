@@ -251,9 +251,9 @@ def paper_data(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_two_processes_train_under_lightning_ddp_through_the_command_line(bert_base_dir, paper_data, tmp_path):
     """``--accelerator cpu --devices 2``: Lightning starts the second process itself (gloo), as with 2 GPUs;
-    each process a batch of 1 positive and 3 negatives, 10 regions (enough for what is checked here). Only
-    the first process prepares the run folder; the test set is scored on global rank 0 while the other
-    waits in the broadcast. The flat model (gc-train-baseline) trains through the same ``train()``."""
+    each process a batch of 1 positive and 3 negatives, 10 regions (enough for what is checked here), one
+    epoch. Only the first process prepares the run folder; the validation and test sets are scored on
+    global rank 0 while the other waits in the broadcast. The flat model (gc-train-baseline) trains through the same ``train()``."""
     kind, precision, regions = "composer", "32-true", 10
     import torch.distributed as dist
 
@@ -263,7 +263,7 @@ def test_two_processes_train_under_lightning_ddp_through_the_command_line(bert_b
     script = "train_composer.py" if kind == "composer" else "train_baseline.py"
     cmd = [sys.executable, str(ROOT / "experiments" / script), *(["--model", "flat"] if kind == "flat" else []),
            "--data", str(captions), "--features", str(store), "--preset", "paper", "--text-model", str(bert_base_dir),
-           "--batch-size", "1", "--max-regions", str(regions), "--max-steps", "2", "--eval-images", "2",
+           "--batch-size", "1", "--max-regions", str(regions), "--max-steps", "4", "--eval-images", "2",
            "--accelerator", "cpu", "--devices", "2", "--precision", precision, "--ckpt-every-n-steps", "100",
            "--quiet", "--out", str(tmp_path / "run")]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -272,8 +272,10 @@ def test_two_processes_train_under_lightning_ddp_through_the_command_line(bert_b
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stdout
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert results["global_step"] == 2 and results["config"]["precision"] == precision
+    assert results["global_step"] == 4 and results["config"]["precision"] == precision
     assert results["config"]["model"]["text_model"] == str(bert_base_dir)
+    # 8 training captions, a batch of 1 per process: 4 steps are one epoch, which ends with validation
+    assert set(results["val"]["sentence"]) == {"R@1", "R@5", "R@10"}
     test = results["test"]
     assert (test["num_images"], test["num_captions"]) == (2, 4) and set(test["sentence"]) == {"R@1", "R@5", "R@10"}
     assert (tmp_path / "run" / "model" / "model.safetensors").exists()
