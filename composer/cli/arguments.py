@@ -46,6 +46,9 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--world-split", choices=WORLD_SPLITS,
                        help="--data world: compositional (default: compounds held out of training, tested in-domain, "
                             "systematic and productivity) or random (an i.i.d. 80/10/10 split)")
+    group.add_argument("--hard-negatives", type=int, dest="hard_negative_captions", metavar="N",
+                       help="caption negatives per positive drawn from its 100 nearest captions of other images "
+                            "(ViLBERT's hard distractor: 1; default 0: all random; not the CLIP family)")
     group.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     group.add_argument("--val-every", type=int, help="validate every N epochs (default 1; world: 3, i.e. at the end)")
     group.add_argument("--seed", type=int, default=0, help="seed of the weights, the batches and the negatives")
@@ -72,13 +75,14 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
         batch_size=args.batch_size, max_regions=args.max_regions, eval_images=args.eval_images,
         world_images=args.world_images, world_split=args.world_split, captions=args.captions, features=args.features,
         num_workers=args.num_workers, seed=args.seed, val_every=args.val_every, parser=args.parser,
-        parser_model=args.parser_model, **model_specific)
+        parser_model=args.parser_model, hard_negative_captions=args.hard_negative_captions, **model_specific)
 
 
 def trainer_options(args) -> TrainerOptions:
     if args.resume and args.overwrite:
         raise SystemExit("error: --resume continues the run in --out, --overwrite replaces it: give one of them")
-    return TrainerOptions(mode="overwrite" if args.overwrite else "new",max_steps=args.max_steps, accelerator=args.accelerator, devices=args.devices,
+    return TrainerOptions(mode="overwrite" if args.overwrite else "new", max_steps=args.max_steps,
+                          accelerator=args.accelerator, devices=args.devices,
                           num_nodes=args.num_nodes, precision=args.precision,
                           ckpt_every_n_steps=args.ckpt_every_n_steps, resume=args.resume,
                           deterministic=args.deterministic, test=not args.no_test, progress=not args.quiet,

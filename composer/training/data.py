@@ -1,9 +1,11 @@
 """Training and evaluation data for COMPOSER: captions as CRG programs, images from a feature store.
 
-A training batch holds B positive (image, caption) pairs and, for each, negatives drawn as ViLBERT
-does for retrieval fine-tuning: ``negative_captions`` captions of other images paired with the
-positive image, and ``negative_images`` other images paired with the positive caption. Every pair is
-composed on its image, so the batch has ``Q = B * (1 + K)`` pairs, ``K`` negatives per positive.
+A training batch holds B positive (image, caption) pairs and, for each, negatives after ViLBERT's
+retrieval fine-tuning: ``negative_captions`` captions of other images paired with the positive image,
+and ``negative_images`` other images paired with the positive caption. Every pair is composed on its
+image, so the batch has ``Q = B * (1 + K)`` pairs, ``K`` negatives per positive. By default every
+caption negative is random; ViLBERT draws one of them from the positive's nearest neighbours
+(``hard_negative_captions=1``, :mod:`composer.training.caption_neighbours`).
 
 Determinism: the caption order of epoch ``e`` is a permutation seeded by ``(seed, e)``, and the
 negatives of batch ``b`` come from a generator seeded by ``(seed, e, b)``. The training loader is
@@ -41,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class DataConfig:
-    """Where the data are and how batches are drawn (paper: batch 64, 100 regions, ViLBERT's 4-way).
+    """Where the data are and how batches are drawn (paper: batch 64, 100 regions, ViLBERT's negatives).
 
     Attributes:
         data: ``world`` (generated offline), ``f30k``, ``coco``, or a caption file (features/catalog.py).
@@ -49,6 +51,10 @@ class DataConfig:
         batch_size: positive pairs per batch.
         negative_captions: other images' captions paired with each positive image.
         negative_images: other images paired with each positive caption.
+        hard_negative_captions: how many of the ``negative_captions`` are hard: drawn from the positive
+            caption's ``hard_negative_pool`` nearest captions of other images (ViLBERT's hard distractor,
+            :mod:`composer.training.caption_neighbours`); 0 = every caption negative at random.
+        hard_negative_pool: the nearest captions a hard negative is drawn from (ViLBERT: 100).
         max_regions: detector regions kept per image (plus the global region).
         eval_images: images scored in validation/test retrieval (the paper's 1,000 images x 5 captions).
         parser, parser_model: the constituency parser for the CRG (``--parser``); ``None``: the dataset's
@@ -66,6 +72,8 @@ class DataConfig:
     batch_size: int = 64
     negative_captions: int = 2
     negative_images: int = 1
+    hard_negative_captions: int = 0
+    hard_negative_pool: int = 100
     max_regions: int = 100
     eval_images: int = 1000
     num_workers: int = 0
@@ -85,6 +93,10 @@ class DataConfig:
                              f"{self.negative_captions}, {self.negative_images}")
         if self.negative_captions + self.negative_images == 0:
             raise ValueError("the match loss needs at least one negative (negative_captions or negative_images)")
+        if not 0 <= self.hard_negative_captions <= self.negative_captions or self.hard_negative_pool < 1:
+            raise ValueError(f"hard_negative_captions must lie in [0, negative_captions={self.negative_captions}] "
+                             f"and hard_negative_pool be >= 1, got {self.hard_negative_captions}, "
+                             f"{self.hard_negative_pool}")
 
 
 @dataclass
@@ -281,6 +293,13 @@ class CompositionDataModule(L.LightningDataModule):
         for c, image in enumerate(self.train_caption_image):
             self.train_by_image.setdefault(image, []).append(c)
         self.train_images = sorted(self.train_by_image)
+        self.hard_pool = None  # (N_train_captions, P) nearest captions of other images, when hard negatives are on
+        if self.cfg.hard_negative_captions:
+            from composer.training.caption_neighbours import hard_caption_pool
+
+            self.hard_pool = hard_caption_pool(g.caption_texts, g.caption_image, self.cfg.hard_negative_pool)
+            if self.hard_pool.shape[1] == 0:
+                raise ValueError("hard caption negatives: no training caption of another image to draw from")
         logger.info("train: %d images, %d captions; val %d, test %d captions", len(self.train_images),
                     g.num_captions, self.graphs["val"].num_captions, self.graphs["test"].num_captions)
 
@@ -340,13 +359,17 @@ class CompositionDataModule(L.LightningDataModule):
         for c in positives:
             own = self.train_caption_image[c]
             row_i, row_c = [img(own)], [cap(c)]
-            for _ in range(self.cfg.negative_captions):  # another image's caption, on this image
+            n_hard = self.cfg.hard_negative_captions
+            for _ in range(self.cfg.negative_captions - n_hard):  # another image's caption, on this image
                 other = self.train_images[int(rng.integers(n_img))]
                 while other == own and n_img > 1:
                     other = self.train_images[int(rng.integers(n_img))]
                 choices = self.train_by_image[other]
                 row_i.append(img(own))
                 row_c.append(cap(choices[int(rng.integers(len(choices)))]))
+            for _ in range(n_hard):  # one of this caption's nearest captions of other images, on this image
+                row_i.append(img(own))
+                row_c.append(cap(int(self.hard_pool[c, int(rng.integers(self.hard_pool.shape[1]))])))
             for _ in range(self.cfg.negative_images):  # another image, with this caption
                 other = self.train_images[int(rng.integers(n_img))]
                 while other == own and n_img > 1:

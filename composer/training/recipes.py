@@ -82,7 +82,8 @@ class RecipeOverrides:
             ``{"loss": {"mvsa": "nll"}}``); checked against the model's config dataclass.
         lr, epochs, grad_clip, use_mvsa, use_order: :class:`OptimConfig` fields.
         batch_size, max_regions, eval_images, world_images, world_split, captions, features, num_workers,
-            seed, prune_probability, prune_seed, parser, parser_model: :class:`DataConfig` fields.
+            seed, prune_probability, prune_seed, parser, parser_model, hard_negative_captions:
+            :class:`DataConfig` fields.
         val_every: epochs between validations.
         mvsa_concepts: phrases per positive caption for the flat model's MVSA.
         il_preset, il: the CLIP family's :class:`ILConfig` preset and field overrides.
@@ -109,6 +110,7 @@ class RecipeOverrides:
     prune_seed: int = 0
     parser: str | None = None
     parser_model: str | None = None
+    hard_negative_captions: int | None = None
     val_every: int | None = None
     mvsa_concepts: int | None = None
     il_preset: str | None = None
@@ -154,6 +156,9 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
         value = getattr(o, key, None)
         return value if value is not None else named.get(key, default)
 
+    if o.hard_negative_captions and model not in ("composer", "flat"):
+        raise ValueError(f"{model!r} contrasts the batch's positive pairs only: sampled (hard) caption negatives "
+                         "do not reach its loss")
     preset = pick("preset", FALLBACK_PRESET[model])
     model_overrides = dict(o.model)
     il = None
@@ -165,6 +170,7 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                              "not apply (use the IL preset, lr and max_steps)")
         il_preset = o.il_preset or ("small" if preset in ("small", "tiny") else "paper")
         il = il_config(il_preset, **({"lr": o.lr} if o.lr is not None else {}), **o.il)
+
     else:
         text_model = pick("text_model")
         if text_model is not None:
@@ -176,7 +182,8 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                       eval_images=pick("eval_images", 1000), num_workers=o.num_workers,
                       world_images=pick("world_images", 4000), world_split=pick("world_split", "compositional"),
                       prune_probability=o.prune_probability,
-                      prune_seed=o.prune_seed, parser=o.parser, parser_model=o.parser_model)
+                      prune_seed=o.prune_seed, parser=o.parser, parser_model=o.parser_model,
+                      hard_negative_captions=pick("hard_negative_captions", 0))
     # COMPOSER trains with all three losses unless told; the flat model adds MVSA on request (Table 5)
     use_mvsa = o.use_mvsa if o.use_mvsa is not None else model == "composer"
     use_order = o.use_order if o.use_order is not None else model == "composer"
