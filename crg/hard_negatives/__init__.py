@@ -46,15 +46,20 @@ Where things live (each module imports only those above it):
 """
 
 from crg.hard_negatives.corpus import GenerationReport, corpus_hard_negatives
-from crg.hard_negatives.generators import caption_hard_negatives
+from crg.hard_negatives.generators import caption_candidates, caption_hard_negatives
 from crg.hard_negatives.lexicon import COLOR_WORDS
 from crg.hard_negatives.parsed_caption import ParsedCaption, realize_words
 from crg.hard_negatives.records import (
-    HN_ATOM, HN_COMP, HN_NEG, HN_SWAP, HN_TYPES, CaptionNegatives, Change, HardNegative, HardNegativeConfig)
+    HN_ATOM, HN_COMP, HN_NEG, HN_SWAP, HN_TYPES, CaptionCandidates, CaptionNegatives, Change, HardNegative,
+    HardNegativeConfig, NegativeCandidate, RefinementConfig)
+from crg.hard_negatives.refine import (
+    BlindScorer, CandidateGroup, GrammarScorer, LanguageModelScorer, Selection, TypeSelection, select_negatives)
 from crg.hard_negatives.vocabulary import AtomVocabulary
 
 __all__ = [
     "HN_ATOM", "HN_SWAP", "HN_NEG", "HN_COMP", "HN_TYPES", "Change", "HardNegative", "HardNegativeConfig",
-    "ParsedCaption", "AtomVocabulary", "CaptionNegatives", "GenerationReport", "caption_hard_negatives",
-    "corpus_hard_negatives", "realize_words", "COLOR_WORDS",
+    "RefinementConfig", "ParsedCaption", "AtomVocabulary", "CaptionNegatives", "CaptionCandidates",
+    "NegativeCandidate", "GenerationReport", "caption_hard_negatives", "caption_candidates", "corpus_hard_negatives",
+    "realize_words", "COLOR_WORDS", "BlindScorer", "LanguageModelScorer", "GrammarScorer", "CandidateGroup",
+    "Selection", "TypeSelection", "select_negatives",
 ]

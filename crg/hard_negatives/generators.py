@@ -1,30 +1,35 @@
 """The four CREPE edits of one parsed caption, and :func:`caption_hard_negatives`, which runs and filters them.
 
 Each ``_*_candidates`` function proposes edited token lists (:class:`_Candidate`) of one type, or
-says why it has none; :func:`caption_hard_negatives` draws from them with the caption's own random
-stream, realises the text and drops any negative that repeats the caption or another negative.
+says why it has none; :func:`caption_candidates` draws from them with the caption's own random
+stream, realises the text and drops any negative that repeats the caption or another negative;
+:func:`caption_hard_negatives` keeps the first ``per_type`` of each type. With
+``HardNegativeConfig.refinement`` set, the edits also include noun swaps (HN-SWAP) and negations
+that do not lengthen the caption (HN-NEG), and :func:`crg.hard_negatives.corpus_hard_negatives`
+selects among ``candidates_per_type`` candidates (:mod:`crg.hard_negatives.refine`).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from crg.dep_to_constituency import PUNCT_TAGS
 from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
-    NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES, SYMMETRIC_CONNECTIVES,
-    adjective_kind)
+    NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
+    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
-    EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_tokens, realize_words)
+    EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_tagged, realize_words)
 from crg.hard_negatives.records import (
-    HN_ATOM, HN_NEG, HN_SWAP, CaptionNegatives, Change, HardNegative, HardNegativeConfig)
+    HN_ATOM, HN_NEG, HN_SWAP, CaptionCandidates, CaptionNegatives, Change, HardNegative, HardNegativeConfig,
+    NegativeCandidate)
 from crg.hard_negatives.vocabulary import AtomVocabulary
 
-__all__ = ["caption_hard_negatives"]
+__all__ = ["caption_hard_negatives", "caption_candidates"]
 
 #: HN-ATOM draws up to this many (slot, foil) pairs per negative wanted before giving up.
 _MAX_TRIES = 20
@@ -50,7 +55,7 @@ def _replace(toks: list[EditToken], i: int, word: str, tag: str | None = None) -
 
 
 # ---------------------------------------------------------------------------- HN-SWAP
-def _swap_candidates(parsed: ParsedCaption) -> tuple[list[_Candidate], str]:
+def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[list[_Candidate], str]:
     toks, out, reason = parsed.edit_tokens(), [], "no predicate with two or more arguments"
     for node in parsed.root.walk():
         kids = node.children
@@ -85,7 +90,70 @@ def _swap_candidates(parsed: ParsedCaption) -> tuple[list[_Candidate], str]:
                 new = toks[:x.start] + first + toks[x.end:y.start] + second + toks[y.end:]
                 out.append(_Candidate(tuple(new), Change("swap_arguments", (x.text, y.text), (y.text, x.text),
                                                          node.predicate.template)))
+    if extended:
+        more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed)
+        if not out and not more:
+            reason += "; no two object nouns, prepositions or verbs of one tag to swap"
+        out += more
     return out, reason
+
+
+#: Verb tags whose words can change places (auxiliaries excepted): "riding ... holding" -> "holding ... riding".
+_VERB_TAGS = frozenset({"VBG", "VBZ", "VBP", "VBD", "VBN"})
+
+
+def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two relations change places: two prepositions of place ("a cat on a bed in a room" -> "a cat in
+    a bed on a room") or two verbs of one tag ("a man riding a horse holding a flag" -> "a man holding
+    a horse riding a flag"), CREPE's swap of two atoms of the same type applied to relations. A
+    preposition inside a spatial phrase ("in front of") stays."""
+    toks, out = parsed.edit_tokens(), []
+    words = [t.word.lower() for t in toks]
+    preps = [i for i, t in enumerate(toks) if t.tag == "IN" and words[i] in SWAPPABLE_PREPOSITIONS
+             and not (i + 1 < len(toks) and words[i + 1] in RELATIONAL_NOUNS)]
+    verbs = [i for i, t in enumerate(toks) if t.tag in _VERB_TAGS and words[i] not in AUXILIARIES
+             and words[i].isalpha()]
+    for kind, slots in (("preposition", preps), ("verb", verbs)):
+        for a in range(len(slots)):
+            for b in range(a + 1, len(slots)):
+                i, j = slots[a], slots[b]
+                if words[i] == words[j] or toks[i].tag != toks[j].tag:
+                    continue
+                new = _replace(_replace(toks, i, words[j]), j, words[i])
+                out.append(_Candidate(tuple(new), Change("swap_relations", (words[i], words[j]), (words[j], words[i]),
+                                                         kind)))
+    return out
+
+
+def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two object nouns change places, their determiners and adjectives staying where they were
+    (CREPE's "swap two atoms of the same type": "yellow vase on top of television" -> "yellow
+    television on top of vase"). Same POS tag only (no "a men"); never two forms of one noun, a
+    spatial noun ("front"), or two alike-modified objects joined by an order-free word ("a dog and
+    a cat", "a dog next to a cat": the swap keeps the meaning)."""
+    toks, out = parsed.edit_tokens(), []
+    mentions = object_mentions(parsed)
+
+    def modifiers(m) -> list[str]:
+        start = m.determiner if m.determiner is not None else m.run_start
+        return ["a" if toks[i].word.lower() == "an" else toks[i].word.lower() for i in range(start, m.head)]
+
+    for a in range(len(mentions)):
+        for b in range(a + 1, len(mentions)):
+            x, y = mentions[a], mentions[b]
+            tx, ty = toks[x.head], toks[y.head]
+            if tx.tag != ty.tag or word_forms(tx.word) & word_forms(ty.word) or \
+                    {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
+                continue
+            y_start = y.determiner if y.determiner is not None else y.run_start
+            between = " ".join(toks[i].word.lower() for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS)
+            if modifiers(x) == modifiers(y) and (between in SYMMETRIC_CONNECTIVES or not between):
+                continue
+            proper = tx.tag in ("NNP", "NNPS")
+            wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
+            new = _replace(_replace(toks, x.head, wy), y.head, wx)
+            out.append(_Candidate(tuple(new), Change("swap_nouns", (wx, wy), (wy, wx), "nouns")))
+    return out
 
 
 def _head_word(parsed: ParsedCaption, node: ConceptNode) -> str:
@@ -149,37 +217,9 @@ def _atom_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Rand
 
 
 # ---------------------------------------------------------------------------- HN-NEG
-def _negation_candidates(parsed: ParsedCaption) -> tuple[list[_Candidate], str]:
-    toks, out, reason = parsed.edit_tokens(), [], ""
-    root = parsed.root
-    content = [i for i, t in enumerate(toks) if t.tag not in PUNCT_TAGS]
-    if root.label in NOMINAL_LABELS or root.label == "FRAG" and any(t.tag in PRIMITIVE_TAGS for t in toks):
-        # "a man in a blue shirt" -> "there is no man in a blue shirt"
-        k = content[0] if content else 0
-        while k < len(toks) and (toks[k].tag in LEADING_DETERMINER_TAGS or toks[k].word.lower() in QUANTIFIERS):
-            k += 1
-        heads = [i for i in primitive_tokens(parsed) if i >= k]
-        if heads and k < len(toks):
-            be = "are" if toks[heads[0]].tag in ("NNS", "NNPS") else "is"
-            rest = [EditToken(t.word[:1].lower() + t.word[1:] if t.initial and t.tag not in ("NNP", "NNPS")
-                              else t.word, t.tag, t.fresh) for t in toks[k:]]
-            new = [EditToken("there", "EX", True, True), EditToken(be, "VBZ"), EditToken("no", "DT")] + rest
-            out.append(_Candidate(tuple(new), Change("negate_caption", (realize_words([t.word for t in toks[:k]]),),
-                                                     (f"there {be} no",), root.label)))
-        else:
-            reason = "noun-phrase caption without a head noun"
-    elif root.label in CLAUSE_LABELS:
-        verb = _finite_verb(parsed)
-        if verb is None:
-            reason = "no finite verb in the sentence's predicate"
-        else:
-            cand = _negate_verb(toks, verb)
-            if cand is None:
-                reason = "past-tense verb without auxiliary (no lemmatiser for do-support)"
-            else:
-                out.append(cand)
-    else:
-        reason = f"caption of type {root.label} has no negatable form"
+def _negation_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[list[_Candidate], str]:
+    toks = parsed.edit_tokens()
+    out, reason = _sentence_negations(parsed, toks)
     for obj in object_mentions(parsed):  # "a yellow vase" -> "a vase that is not yellow"
         for a in obj.adjectives:
             be = "are" if toks[obj.head].tag in ("NNS", "NNPS") else "is"
@@ -192,9 +232,133 @@ def _negation_candidates(parsed: ParsedCaption) -> tuple[list[_Candidate], str]:
             out.append(_Candidate(tuple(new), Change("negate_attribute", (f"{adj} {toks[obj.head].word.lower()}",),
                                                      (f"{toks[obj.head].word.lower()} that {be} not {adj}",),
                                                      "attribute")))
+    if extended:
+        out += _short_negation_candidates(parsed, toks)
+        out += _short_negation_candidates(parsed, toks, drop_adjectives=True)
+        out += _sentence_negations(parsed, toks, drop_adjectives=True)[0]
     if not out and not reason:
         reason = "no negatable verb, noun phrase or attribute"
     return out, reason
+
+
+def _droppable_adjectives(toks: list[EditToken], mentions, after: int) -> list[int]:
+    """Adjectives of ``mentions`` after token ``after`` that can go without leaving "a red and train"
+    or "a very dog" (none that follows a comma, conjunction or adverb)."""
+    return sorted(a for m in mentions for a in m.adjectives
+                  if a > after and a > 0 and toks[a - 1].tag not in PUNCT_TAGS | {"CC", "RB", "RBR", "RBS"})
+
+
+def _without(toks: list[EditToken], drop: Iterable[int]) -> list[EditToken]:
+    """``toks`` less the tokens at ``drop``; the token after each gap is fresh (an article agrees again)."""
+    drop, out, gap = set(drop), [], False
+    for i, t in enumerate(toks):
+        if i in drop:
+            gap = True
+            continue
+        out.append(EditToken(t.word, t.tag, True, t.initial) if gap else t)
+        gap = False
+    return out
+
+
+def _dropped(change: Change, toks: list[EditToken], drop: list[int]) -> Change:
+    """``change`` noting the adjectives a negation left out: inside its scope ("no ..." and "not ..."
+    are downward entailing) leaving a modifier out makes the negative claim stronger, so it stays false
+    of an image its caption is true of ("a young man rides a brown horse" -> "no man rides a horse")."""
+    words = tuple(toks[a].word.lower() for a in drop)
+    return Change(change.op, change.before + words, change.after, f"{change.where}; without {' '.join(words)}")
+
+
+def _sentence_negations(parsed: ParsedCaption, toks: list[EditToken],
+                        drop_adjectives: bool = False) -> tuple[list[_Candidate], str]:
+    """CREPE's caption negation: "there is/are no ..." of a noun-phrase caption, "not" (or do-support)
+    after a sentence's finite verb. ``drop_adjectives``: the variant without the adjectives in the
+    negation's scope (the whole noun-phrase caption; what follows the verb), only where there are any."""
+    out, reason = [], ""
+    root = parsed.root
+    mentions = object_mentions(parsed)
+    content = [i for i, t in enumerate(toks) if t.tag not in PUNCT_TAGS]
+    if root.label in NOMINAL_LABELS or root.label == "FRAG" and any(t.tag in PRIMITIVE_TAGS for t in toks):
+        # "a man in a blue shirt" -> "there is no man in a blue shirt"
+        k = content[0] if content else 0
+        while k < len(toks) and (toks[k].tag in LEADING_DETERMINER_TAGS or toks[k].word.lower() in QUANTIFIERS):
+            k += 1
+        heads = [i for i in primitive_tokens(parsed) if i >= k]
+        if heads and k < len(toks):
+            be = "are" if toks[heads[0]].tag in ("NNS", "NNPS") else "is"
+            drop = _droppable_adjectives(toks, mentions, k - 1) if drop_adjectives else []
+            kept = _without(toks, drop)
+            rest = [EditToken(t.word[:1].lower() + t.word[1:] if t.initial and t.tag not in ("NNP", "NNPS")
+                              else t.word, t.tag, t.fresh) for t in kept[k:]]
+            new = [EditToken("there", "EX", True, True), EditToken(be, "VBZ"), EditToken("no", "DT")] + rest
+            change = Change("negate_caption", (realize_words([t.word for t in toks[:k]]),), (f"there {be} no",),
+                            root.label)
+            if drop or not drop_adjectives:
+                out.append(_Candidate(tuple(new), _dropped(change, toks, drop) if drop else change))
+        else:
+            reason = "noun-phrase caption without a head noun"
+    elif root.label in CLAUSE_LABELS:
+        verb = _finite_verb(parsed)
+        if verb is None:
+            reason = "no finite verb in the sentence's predicate"
+        else:
+            drop = _droppable_adjectives(toks, mentions, verb) if drop_adjectives else []
+            cand = _negate_verb(_without(toks, drop), verb)
+            if cand is None:
+                reason = "past-tense verb without auxiliary (no lemmatiser for do-support)"
+            elif drop or not drop_adjectives:
+                out.append(_Candidate(cand.tokens, _dropped(cand.change, toks, drop)) if drop else cand)
+    else:
+        reason = f"caption of type {root.label} has no negatable form"
+    return out, reason
+
+
+def _short_negation_candidates(parsed: ParsedCaption, toks: list[EditToken],
+                               drop_adjectives: bool = False) -> list[_Candidate]:
+    """Negations as long as the caption, so that length does not give them away: "with" <->
+    "without" ("a man with a hat" -> "a man without a hat"), and "no" for the determiner of the
+    caption's first noun phrase, of one after "with", or of one after "there is/are" ("two dogs
+    play" -> "no dogs play", "a man with a hat" -> "a man with no hat"). ``drop_adjectives``: the
+    variants, shorter than the caption, without the adjectives in the negation's scope (the object
+    of "with"; the whole caption for its first noun phrase's "no"), only where there are any."""
+    out = []
+    words = [t.word.lower() for t in toks]
+    first = next((i for i, t in enumerate(toks) if t.tag not in PUNCT_TAGS), None)
+    mentions = object_mentions(parsed)
+
+    def after(i):  # the object mention that starts right after token i
+        return [m for m in mentions if (m.determiner if m.determiner is not None else m.run_start) == i + 1]
+
+    for i, w in enumerate(words):
+        if w in WITH_NEGATIONS and toks[i].tag == "IN" and i + 1 < len(toks) \
+                and toks[i + 1].tag in LEADING_DETERMINER_TAGS | PRIMITIVE_TAGS | {"JJ"} \
+                and (i == 0 or words[i - 1] not in ("along", "together")) and words[i + 1] not in ("each", "one"):
+            # only "with" -> "without" negates (and has a downward scope to drop adjectives from)
+            drop = _droppable_adjectives(toks, after(i), i) if drop_adjectives and w == "with" else []
+            if drop_adjectives and not drop:
+                continue
+            new = _replace(_without(toks, drop), i, WITH_NEGATIONS[w])
+            change = Change("negate_with", (w,), (WITH_NEGATIONS[w],), "preposition")
+            out.append(_Candidate(tuple(new), _dropped(change, toks, drop) if drop else change))
+    for obj in mentions:
+        d = obj.determiner
+        if d is None or words[d] not in NO_DETERMINERS:
+            continue
+        if d == first:
+            where, scope = "subject", mentions
+        elif d > 0 and words[d - 1] == "with":
+            where, scope = "with", [obj]
+        elif d > 1 and words[d - 2] == "there" and words[d - 1] in ("is", "are"):
+            where, scope = "there is", [obj]
+        else:
+            continue
+        drop = _droppable_adjectives(toks, scope, d) if drop_adjectives else []
+        if drop_adjectives and not drop:
+            continue
+        new = _without(toks, drop)
+        new[d] = EditToken(match_case("no", toks[d].word), "DT", False, toks[d].initial)
+        change = Change("negate_determiner", (words[d],), ("no",), where)
+        out.append(_Candidate(tuple(new), _dropped(change, toks, drop) if drop else change))
+    return out
 
 
 def _finite_verb(parsed: ParsedCaption) -> int | None:
@@ -232,7 +396,8 @@ def _negate_verb(toks: list[EditToken], v: int) -> _Candidate | None:
 
 
 # ---------------------------------------------------------------------------- HN-COMP
-def _comp_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Random) -> tuple[list[_Candidate], str]:
+def _comp_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Random,
+                     extended: bool = False) -> tuple[list[_Candidate], str]:
     toks = parsed.edit_tokens()
     objects = object_mentions(parsed)
     attributed = [o for o in objects if o.adjectives]
@@ -275,7 +440,8 @@ def _comp_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Rand
                 binding.append(_Candidate(tuple(new), Change(
                     "move_attribute", (f"{wa} {toks[a_obj.head].word.lower()}", toks[b_obj.head].word.lower()),
                     (toks[a_obj.head].word.lower(), f"{wa} {toks[b_obj.head].word.lower()}"), "attribute binding")))
-    split = _split_candidates(parsed, toks, attributed, vocab, cfg, banned, rng)
+    split = _split_candidates(parsed, toks, attributed, vocab, cfg, banned, rng,
+                              _SPLIT_DRAWS_EXTENDED if extended else 1)
     picked = rng.sample(binding, min(len(binding), cfg.per_type))
     picked += rng.sample(split, min(len(split), cfg.per_type - len(picked)))
     if not picked:
@@ -285,15 +451,20 @@ def _comp_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Rand
     return picked, ""
 
 
-def _split_candidates(parsed, toks, attributed, vocab, cfg, banned, rng) -> list[_Candidate]:
-    """CREPE's compound foil: "a pink car" -> "a pink toy and a blue car" (atoms split over two objects)."""
+#: Foil pairs drawn per (object, attribute) for compound splits when refinement widens the edits.
+_SPLIT_DRAWS_EXTENDED = 4
+
+
+def _split_candidates(parsed, toks, attributed, vocab, cfg, banned, rng, draws: int = 1) -> list[_Candidate]:
+    """CREPE's compound foil: "a pink car" -> "a pink toy and a blue car" (atoms split over two objects);
+    ``draws`` foil pairs per attributed object and colour/size adjective."""
     slots = {i: (kind, pool) for i, kind, pool in _atom_slots(parsed, vocab, cfg, banned)[0]}
     out = []
     for obj in attributed:
         head_slot = slots.get(obj.head)
         if head_slot is None:
             continue
-        for a in obj.adjectives:
+        for a in (a for a in obj.adjectives for _ in range(draws)):
             if a not in slots or slots[a][0] not in ("color", "size"):
                 continue
             noun_foil = head_slot[1][rng.randrange(len(head_slot[1]))]
@@ -317,16 +488,65 @@ def _split_candidates(parsed, toks, attributed, vocab, cfg, banned, rng) -> list
 
 
 # ---------------------------------------------------------------------------- one caption
+def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | None = None,
+                       config: HardNegativeConfig = HardNegativeConfig(), image_id: str | None = None,
+                       image_words: Iterable[str] = (), limit: int | None = None) -> CaptionCandidates:
+    """Distinct candidate negatives of one parsed caption, per type, with their tagged tokens.
+
+    Args as :func:`caption_hard_negatives`; ``limit``: candidates kept per type (default
+    ``config.per_type``; refinement asks for ``config.refinement.candidates_per_type``). The first
+    ``per_type`` candidates of a type are the same whatever the limit above it, except HN-COMP's
+    (it samples ``limit`` rebindings at once).
+    """
+    limit = config.per_type if limit is None else limit
+    draw = config if limit == config.per_type else replace(config, per_type=limit, refinement=None)
+    extended = config.extended_edits
+    banned = {w.lower() for w in image_words} | set(parsed.words())
+    source = parsed.text
+    candidates, skipped = {}, {}
+    seen = {_normalize(source)}
+    for hn_type in config.types:
+        rng = random.Random(f"{config.seed}:{hn_type}:{image_id}:{source}")
+        if hn_type == HN_SWAP:
+            cands, reason = _swap_candidates(parsed, extended)
+        elif hn_type == HN_ATOM:
+            cands, reason = _atom_candidates(parsed, vocabulary, draw, banned, rng)
+        elif hn_type == HN_NEG:
+            cands, reason = _negation_candidates(parsed, extended)
+        else:
+            cands, reason = _comp_candidates(parsed, vocabulary, draw, banned, rng, extended)
+        if hn_type in (HN_SWAP, HN_NEG):
+            cands = rng.sample(cands, len(cands))
+        kept: list[NegativeCandidate] = []
+        for cand in cands:
+            if len(kept) >= limit:
+                break
+            tagged = realize_tagged(list(cand.tokens), source)
+            text = realize_words([w for w, _ in tagged])
+            key = _normalize(text)
+            if key in seen:
+                continue
+            seen.add(key)
+            kept.append(NegativeCandidate(HardNegative(hn_type, text, source, cand.change, image_id), tuple(tagged)))
+        if kept:
+            candidates[hn_type] = kept
+        else:
+            skipped[hn_type] = reason or "every candidate repeats the caption or another negative"
+    return CaptionCandidates(candidates, skipped)
+
+
 def caption_hard_negatives(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | None = None,
                            config: HardNegativeConfig = HardNegativeConfig(), image_id: str | None = None,
                            image_words: Iterable[str] = ()) -> CaptionNegatives:
-    """Hard negatives of one parsed caption.
+    """Hard negatives of one parsed caption (at most ``config.per_type`` per type, unrefined).
 
     Args:
         parsed: the caption's parse (:meth:`ParsedCaption.from_tree`).
         vocabulary: the corpus's atoms (foils for HN-ATOM and compound splits); without it only
             colour, size and spatial words are replaced.
-        config: how many, which types, seed.
+        config: how many, which types, seed. Its ``refinement`` only widens the edits here
+            (``extended_edits``); selection against blind scorers needs the whole corpus
+            (:func:`crg.hard_negatives.corpus_hard_negatives`).
         image_id: the image the caption describes (recorded, and part of the random stream's key).
         image_words: words of every caption of the same image: never used as foils.
 
@@ -336,33 +556,7 @@ def caption_hard_negatives(parsed: ParsedCaption, *, vocabulary: AtomVocabulary 
     >>> [n.text for n in caption_hard_negatives(p, config=HardNegativeConfig(types=(HN_SWAP,))).negatives]
     ['A cat chasing a dog.']
     """
-    banned = {w.lower() for w in image_words} | set(parsed.words())
-    source = parsed.text
-    negatives, skipped = [], {}
-    seen = {_normalize(source)}
-    for hn_type in config.types:
-        rng = random.Random(f"{config.seed}:{hn_type}:{image_id}:{source}")
-        if hn_type == HN_SWAP:
-            cands, reason = _swap_candidates(parsed)
-        elif hn_type == HN_ATOM:
-            cands, reason = _atom_candidates(parsed, vocabulary, config, banned, rng)
-        elif hn_type == HN_NEG:
-            cands, reason = _negation_candidates(parsed)
-        else:
-            cands, reason = _comp_candidates(parsed, vocabulary, config, banned, rng)
-        if hn_type in (HN_SWAP, HN_NEG):
-            cands = rng.sample(cands, len(cands))
-        kept = 0
-        for cand in cands:
-            if kept >= config.per_type:
-                break
-            text = realize_tokens(list(cand.tokens), source)
-            key = _normalize(text)
-            if key in seen:
-                continue
-            seen.add(key)
-            negatives.append(HardNegative(hn_type, text, source, cand.change, image_id))
-            kept += 1
-        if kept == 0:
-            skipped[hn_type] = reason or "every candidate repeats the caption or another negative"
-    return CaptionNegatives(negatives, skipped)
+    result = caption_candidates(parsed, vocabulary=vocabulary, config=config, image_id=image_id,
+                                image_words=image_words)
+    negatives = [c.negative for t in config.types for c in result.candidates.get(t, ())]
+    return CaptionNegatives(negatives, result.skipped)

@@ -15,7 +15,7 @@ from crg.extract import PRIMITIVE_TAGS
 __all__ = [
     "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
     "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
-    "AUXILIARIES", "NEGATORS", "adjective_kind",
+    "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "adjective_kind",
 ]
 
 #: Constituent labels of noun-like and clause-like arguments: a swap exchanges two of one kind.
@@ -78,6 +78,17 @@ AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "be", "been", "can", 
                          "'s", "'re", "'m"})
 #: Words that already negate a verb: a negated caption loses its negator instead.
 NEGATORS = frozenset({"not", "n't", "never"})
+#: Determiners that "no" replaces in a negation as long as its caption ("two dogs" -> "no dogs").
+NO_DETERMINERS = frozenset({"a", "an", "the", "some", "one", "two", "three", "four", "five", "six", "seven", "eight",
+                            "nine", "ten", "several", "many", "multiple"})
+#: Prepositions of place and accompaniment that two of can change places ("a cat on a bed in a room"
+#: -> "a cat in a bed on a room"); "of", "to", "for" mostly mark structure, not a relation.
+SWAPPABLE_PREPOSITIONS = frozenset({
+    "on", "in", "at", "under", "over", "behind", "near", "beside", "above", "below", "inside", "into", "onto",
+    "across", "along", "through", "around", "with", "by", "from", "toward", "towards", "underneath", "beneath",
+    "outside", "against", "past", "down", "up"})
+#: Prepositions and their negations of the same length ("a man with a hat" -> "a man without a hat").
+WITH_NEGATIONS = {"with": "without", "without": "with"}
 
 
 def adjective_kind(word: str) -> str | None:

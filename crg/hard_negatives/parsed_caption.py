@@ -18,8 +18,8 @@ from crg.extract import PRIMITIVE, PRIMITIVE_TAGS, ConceptNode, extract_concepts
 from crg.hard_negatives.lexicon import ARTICLES, GENERIC_NOUNS, LEADING_DETERMINER_TAGS
 from crg.hard_negatives.morphology import article_for
 
-__all__ = ["ParsedCaption", "EditToken", "ObjectMention", "realize_words", "realize_tokens", "own_tokens",
-           "primitive_tokens", "object_mentions"]
+__all__ = ["ParsedCaption", "EditToken", "ObjectMention", "realize_words", "realize_tokens", "realize_tagged",
+           "own_tokens", "primitive_tokens", "object_mentions"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,17 @@ def realize_tokens(toks: list[EditToken], source: str) -> str:
     >>> realize_tokens(toks, "A cat.")
     'An apple.'
     """
+    return realize_words([w for w, _ in realize_tagged(toks, source)])
+
+
+def realize_tagged(toks: list[EditToken], source: str) -> list[tuple[str, str]]:
+    """The ``(word, tag)`` tokens :func:`realize_tokens` joins: the words as they will be written
+    (articles agreeing, casing following the source) with the tags the edit gave them.
+
+    >>> toks = [EditToken("A", "DT", False, True), EditToken("apple", "NN", True), EditToken(".", ".")]
+    >>> realize_tagged(toks, "a cat.")
+    [('an', 'DT'), ('apple', 'NN'), ('.', '.')]
+    """
     toks = list(toks)
     for i in range(len(toks) - 1):
         if toks[i].word.lower() in ARTICLES and toks[i + 1].fresh:
@@ -121,7 +132,7 @@ def realize_tokens(toks: list[EditToken], source: str) -> str:
         words[first] = words[first][:1].upper() + words[first][1:]
     elif first is not None and source[:1].islower() and toks[first].tag not in ("NNP", "NNPS"):
         words[first] = words[first][:1].lower() + words[first][1:]
-    return realize_words(words)
+    return [(w, t.tag) for w, t in zip(words, toks)]
 
 
 def own_tokens(node: ConceptNode) -> list[int]:

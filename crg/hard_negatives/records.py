@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 __all__ = ["HN_ATOM", "HN_SWAP", "HN_NEG", "HN_COMP", "HN_TYPES", "Change", "HardNegative", "HardNegativeConfig",
-           "CaptionNegatives"]
+           "RefinementConfig", "CaptionNegatives", "NegativeCandidate", "CaptionCandidates"]
 
 HN_ATOM, HN_SWAP, HN_NEG, HN_COMP = "HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP"
 HN_TYPES = (HN_ATOM, HN_SWAP, HN_NEG, HN_COMP)
@@ -66,6 +66,36 @@ class HardNegative:
 
 
 @dataclass(frozen=True)
+class RefinementConfig:
+    """Adversarial refinement (SugarCrepe, Hsieh et al. 2023, §3.3): over-generate, then keep negatives
+    that blind text scorers cannot tell from the true caption (:mod:`crg.hard_negatives.refine`).
+
+    Attributes:
+        candidates_per_type: candidates drawn per caption and type before selection (the plain
+            generator keeps ``per_type``); more candidates leave more plausible ones to keep.
+        max_blind_accuracy: per type and blind scorer, the largest fraction (0.5-1) of kept pairs in
+            which the scorer prefers the true caption (a tie counts one half). The issue's bar is 0.65;
+            the default leaves a margin for scorers that differ from the ones refined against
+            (another LM, spaCy's tags instead of the edit's).
+        extended_edits: also propose edits the plain generator does not make: HN-SWAP of two object
+            nouns (CREPE's "swap two atoms of the same type"), and negations that do not lengthen the
+            caption ("with" -> "without", a determiner -> "no"), so that length alone cannot tell
+            a negation from its caption.
+    """
+
+    candidates_per_type: int = 20
+    max_blind_accuracy: float = 0.6
+    extended_edits: bool = True
+
+    def __post_init__(self):
+        if self.candidates_per_type < 1:
+            raise ValueError(f"candidates_per_type must be >= 1, got {self.candidates_per_type}")
+        if not 0.5 <= self.max_blind_accuracy <= 1.0:
+            raise ValueError(f"max_blind_accuracy must be in [0.5, 1] (a fraction, not a percentage), got "
+                             f"{self.max_blind_accuracy}")
+
+
+@dataclass(frozen=True)
 class HardNegativeConfig:
     """How many negatives to make and from which atoms.
 
@@ -76,12 +106,16 @@ class HardNegativeConfig:
         min_atom_count: a corpus noun or colour is a foil only if it occurs this often (CREPE uses
             seen atoms; rare words make easy, odd foils).
         seed: the seed of every random choice.
+        refinement: ``None`` (default): the plain generator. A :class:`RefinementConfig`: candidates
+            are over-generated and selected so that blind text scorers are near chance per type
+            (:func:`crg.hard_negatives.corpus_hard_negatives` then needs ``scorers``).
     """
 
     per_type: int = 5
     types: tuple[str, ...] = HN_TYPES
     min_atom_count: int = 2
     seed: int = 0
+    refinement: RefinementConfig | None = None
 
     def __post_init__(self):
         if self.per_type < 1:
@@ -91,6 +125,14 @@ class HardNegativeConfig:
             raise ValueError(f"unknown hard negative types {unknown}; choose from {HN_TYPES}")
         if self.min_atom_count < 1:
             raise ValueError(f"min_atom_count must be >= 1, got {self.min_atom_count}")
+        if self.refinement is not None and self.refinement.candidates_per_type < self.per_type:
+            raise ValueError(f"refinement.candidates_per_type ({self.refinement.candidates_per_type}) must be >= "
+                             f"per_type ({self.per_type}): refinement selects among the candidates")
+
+    @property
+    def extended_edits(self) -> bool:
+        """Whether the generators propose the refinement's extra edits (noun swaps, short negations)."""
+        return self.refinement is not None and self.refinement.extended_edits
 
 
 @dataclass
@@ -98,4 +140,21 @@ class CaptionNegatives:
     """The negatives of one caption and, per type that gave none, why."""
 
     negatives: list[HardNegative]
+    skipped: dict[str, str]
+
+
+@dataclass(frozen=True)
+class NegativeCandidate:
+    """A negative before refinement, with its ``(word, tag)`` tokens as the edit wrote them (tags of
+    the source's parse, and of the words the edit put in): what a grammar scorer reads, untagged again."""
+
+    negative: HardNegative
+    tagged: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class CaptionCandidates:
+    """One caption's candidates per type (in the generator's order, distinct) and, per type with none, why."""
+
+    candidates: dict[str, list[NegativeCandidate]]
     skipped: dict[str, str]

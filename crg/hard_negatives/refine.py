@@ -1,0 +1,249 @@
+"""Adversarial refinement: keep the negatives that blind text scorers cannot tell from the true caption.
+
+SugarCrepe (Hsieh et al. 2023, §3.3) found that rule-made negatives are told from true captions by
+text alone -- the negative is less plausible, less grammatical or longer -- and debiased its own by
+selecting, after generation, pairs on which text-only scorers are near chance. Here the same is done
+per type of :mod:`crg.hard_negatives` negative, with any number of blind scorers at once:
+
+1. **Over-generate.** Each caption gets up to ``candidates_per_type`` candidates per type
+   (:func:`crg.hard_negatives.generators.caption_candidates`), where the plain generator keeps
+   ``per_type``.
+2. **Score.** Every scorer (:class:`BlindScorer`; the project's two are :class:`LanguageModelScorer`
+   around :class:`crg.blind.TrigramLM` and :class:`GrammarScorer` around
+   :class:`crg.blind.GrammarLengthHeuristic`) scores the caption and each candidate. A candidate's
+   *gap* under a scorer is ``score(caption) - score(candidate)``: positive when the scorer prefers
+   the caption (it "wins" the pair), zero for a tie (half a win), negative when it prefers the
+   negative.
+3. **Pick per caption** (:func:`select_negatives`): a caption's candidates are ranked by how many
+   scorers they lose to (wins summed over scorers, a tie one half), then by the sum of their gaps,
+   each divided by the median absolute gap of the type under that scorer (so nats per token and
+   violations weigh alike); the ``per_type`` best are kept.
+4. **Balance per type.** While some scorer prefers the true caption in more than
+   ``max_blind_accuracy`` of a type's kept pairs, the pair that is won by most of the violated
+   scorers, then by most scorers, then by the largest normalised gap under the violated scorers is
+   removed (SugarCrepe removes the pairs the blind models separate most confidently). Removing a won
+   pair lowers that scorer's accuracy; a tie or a lost pair is never removed, so what is kept is as
+   large as this greedy order allows.
+
+Everything is deterministic: ties are broken by the groups' keys, then by group and candidate
+order, which the seeded generator fixes. The selection sees only scores, so it is tested on synthetic numbers
+(``tests/test_hard_negative_refinement.py``).
+
+**What it does not show.** Refining against a scorer and then measuring with the same scorer
+measures the selection, not the negatives: a scorer trained on other captions (or of another kind)
+can still separate them. ``benchmarks/bench_blind_baselines.py --refine`` therefore also refines
+against a language model trained on one half of the Flickr30K train images and measures with one
+trained on the other half (docs/hard_negatives.md, "Adversarial refinement").
+
+>>> groups = [CandidateGroup("HN-ATOM", (0.0,), ((-1.0,), (1.0,))),  # candidate 0 scores below the caption, 1 above
+...           CandidateGroup("HN-ATOM", (0.0,), ((-1.0,),)),           # below
+...           CandidateGroup("HN-ATOM", (0.0,), ((-2.0,),))]           # far below
+>>> sel = select_negatives(groups, per_group=1, max_accuracy=0.5)
+>>> sel.kept            # group 0 keeps the candidate the scorer prefers; the most obvious pair goes
+[(1,), (0,), ()]
+>>> sel.stats["HN-ATOM"].kept, sel.stats["HN-ATOM"].accuracy_kept
+(2, (0.5,))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from crg.blind import GrammarLengthHeuristic, TrigramLM
+
+__all__ = ["BlindScorer", "CandidateGroup", "GrammarScorer", "LanguageModelScorer", "Selection", "TypeSelection",
+           "select_negatives"]
+
+
+class BlindScorer(Protocol):
+    """A text-only scorer: higher = the more plausible caption. ``tagged``: the text's ``(word, PTB tag)``."""
+
+    name: str
+
+    def score(self, text: str, tagged: Sequence[tuple[str, str]]) -> float:
+        ...
+
+
+@dataclass(frozen=True)
+class LanguageModelScorer:
+    """A caption's mean log-probability per token under a language model (:meth:`crg.blind.TrigramLM.score`)."""
+
+    lm: TrigramLM = field(repr=False)
+    name: str = "LM"
+
+    def score(self, text: str, tagged: Sequence[tuple[str, str]]) -> float:
+        return self.lm.score(text)
+
+
+@dataclass(frozen=True)
+class GrammarScorer:
+    """Minus agreement violations, then minus length (:class:`crg.blind.GrammarLengthHeuristic`), read
+    from the tags the caller gives (for a candidate, the tags its edit wrote: no tagger is run)."""
+
+    heuristic: GrammarLengthHeuristic = field(default_factory=GrammarLengthHeuristic)
+    name: str = "grammar"
+
+    def score(self, text: str, tagged: Sequence[tuple[str, str]]) -> float:
+        return self.heuristic.score(tagged)
+
+
+@dataclass(frozen=True)
+class CandidateGroup:
+    """One caption's candidates of one type, as the blind scorers see them.
+
+    Attributes:
+        type: the negatives' type (the unit that is balanced).
+        source_scores: the true caption's score under each scorer, shape (S,).
+        candidate_scores: each candidate's scores, shape (C, S), in the generator's order.
+        key: breaks ties between groups (then their order), so that a selection does not depend on
+            the order captions come in when keys differ (:func:`corpus_hard_negatives` uses the image
+            id and the caption).
+    """
+
+    type: str
+    source_scores: tuple[float, ...]
+    candidate_scores: tuple[tuple[float, ...], ...]
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class TypeSelection:
+    """What refinement did to one type.
+
+    Attributes:
+        groups: captions with at least one candidate of the type.
+        candidates: candidates scored.
+        kept: negatives kept.
+        groups_kept: captions that keep at least one.
+        accuracy_candidates: per scorer, the fraction (0-1) of all candidate pairs it wins (a tie one half).
+        accuracy_first: the same over each caption's first ``per_group`` candidates (what the plain
+            generator would have kept, give or take HN-COMP's sampling).
+        accuracy_kept: the same over the kept pairs (<= ``max_accuracy`` unless nothing could be kept).
+    """
+
+    groups: int
+    candidates: int
+    kept: int
+    groups_kept: int
+    accuracy_candidates: tuple[float, ...]
+    accuracy_first: tuple[float, ...]
+    accuracy_kept: tuple[float, ...]
+
+    def as_dict(self, scorer_names: Sequence[str]) -> dict:
+        def named(acc):
+            return {n: round(100.0 * a, 2) for n, a in zip(scorer_names, acc)}
+
+        return {"captions": self.groups, "candidates": self.candidates, "kept": self.kept,
+                "captions_kept": self.groups_kept, "blind_accuracy_candidates": named(self.accuracy_candidates),
+                "blind_accuracy_first": named(self.accuracy_first), "blind_accuracy_kept": named(self.accuracy_kept)}
+
+
+@dataclass
+class Selection:
+    """The result of :func:`select_negatives`.
+
+    Attributes:
+        kept: per group, the indices of its kept candidates, ascending.
+        stats: per type, :class:`TypeSelection`.
+    """
+
+    kept: list[tuple[int, ...]]
+    stats: dict[str, TypeSelection]
+
+
+def _win(gap: float) -> float:
+    return 1.0 if gap > 0 else 0.5 if gap == 0 else 0.0
+
+
+def _accuracy(wins: list[tuple[float, ...]], num_scorers: int) -> tuple[float, ...]:
+    if not wins:
+        return tuple(math.nan for _ in range(num_scorers))
+    return tuple(sum(w[j] for w in wins) / len(wins) for j in range(num_scorers))
+
+
+def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_accuracy: float) -> Selection:
+    """Keep at most ``per_group`` candidates per group such that, per type, no scorer prefers the
+    source in more than ``max_accuracy`` (0.5-1) of the kept pairs (steps 3 and 4 of the module doc).
+
+    Every group must have as many scores per source and candidate (S >= 1).
+    """
+    if per_group < 1:
+        raise ValueError(f"per_group must be >= 1, got {per_group}")
+    if not 0.5 <= max_accuracy <= 1.0:
+        raise ValueError(f"max_accuracy must be in [0.5, 1], got {max_accuracy}")
+    sizes = {len(g.source_scores) for g in groups} | {len(c) for g in groups for c in g.candidate_scores}
+    if len(sizes) > 1 or 0 in sizes:
+        raise ValueError(f"every source and candidate needs the same number (>= 1) of scores, got sizes {sorted(sizes)}")
+    num_scorers = sizes.pop() if sizes else 1
+    kept: list[list[int]] = [[] for _ in groups]
+    stats = {}
+    by_type: dict[str, list[int]] = {}
+    for gi, g in enumerate(groups):
+        by_type.setdefault(g.type, []).append(gi)
+    for hn_type, members in by_type.items():
+        stats[hn_type] = _select_type([groups[gi] for gi in members], members, kept, per_group, max_accuracy,
+                                      num_scorers)
+    return Selection([tuple(sorted(k)) for k in kept], stats)
+
+
+def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[list[int]], per_group: int,
+                 max_accuracy: float, num_scorers: int) -> TypeSelection:
+    S = range(num_scorers)
+    # gaps[g][c][j]: source score - candidate score, > 0 = scorer j prefers the true caption
+    gaps = [[tuple(g.source_scores[j] - c[j] for j in S) for c in g.candidate_scores] for g in groups]
+    scale = []
+    for j in S:
+        nonzero = sorted(abs(gc[j]) for gg in gaps for gc in gg if gc[j] != 0 and math.isfinite(gc[j]))
+        scale.append(nonzero[len(nonzero) // 2] if nonzero else 1.0)
+
+    def wins(gap):
+        return tuple(_win(gap[j]) for j in S)
+
+    def hardness(gap):  # lower = harder to tell from the caption
+        return sum(wins(gap)), sum(gap[j] / scale[j] for j in S)
+
+    all_wins = [wins(gc) for gg in gaps for gc in gg]
+    first_wins = [wins(gc) for gg in gaps for gc in gg[:per_group]]
+    # step 3: each caption's per_group hardest candidates
+    pool = []  # (group position, candidate index)
+    for gpos, gg in enumerate(gaps):
+        order = sorted(range(len(gg)), key=lambda c: (*hardness(gg[c]), c))
+        pool.extend((gpos, c) for c in order[:per_group])
+    # step 4: remove won pairs until every scorer is at or below max_accuracy
+    alive = set(pool)
+    total = [sum(wins(gaps[gp][c])[j] for gp, c in pool) for j in S]
+
+    def violated():
+        return [j for j in S if total[j] > max_accuracy * len(alive) + 1e-9]
+
+    bad = violated()
+    while bad and alive:
+        def priority(item, bad=bad):
+            gp, c = item
+            w, gap = wins(gaps[gp][c]), gaps[gp][c]
+            return (-sum(w[j] == 1.0 for j in bad), -sum(w), -sum(gap[j] / scale[j] for j in bad), groups[gp].key,
+                    gp, c)
+
+        order = sorted((it for it in alive if any(wins(gaps[it[0]][it[1]])[j] == 1.0 for j in bad)), key=priority)
+        if not order:
+            break  # only ties and lost pairs left under the violated scorers: nothing removal can fix
+        for gp, c in order:
+            w = wins(gaps[gp][c])
+            alive.discard((gp, c))
+            for j in S:
+                total[j] -= w[j]
+            now = violated()
+            if now != bad:
+                bad = now
+                break
+        else:
+            bad = violated()
+    for gp, c in alive:
+        kept[members[gp]].append(c)
+    kept_wins = [wins(gaps[gp][c]) for gp, c in alive]
+    return TypeSelection(groups=len(groups), candidates=sum(len(gg) for gg in gaps), kept=len(alive),
+                         groups_kept=len({gp for gp, _ in alive}), accuracy_candidates=_accuracy(all_wins, num_scorers),
+                         accuracy_first=_accuracy(first_wins, num_scorers), accuracy_kept=_accuracy(kept_wins, num_scorers))
