@@ -74,9 +74,10 @@ class RefinementConfig:
         candidates_per_type: candidates drawn per caption and type before selection (the plain
             generator keeps ``per_type``); more candidates leave more plausible ones to keep.
         max_blind_accuracy: per type and blind scorer, the largest fraction (0.5-1) of kept pairs in
-            which the scorer prefers the true caption (a tie counts one half). The issue's bar is 0.65;
-            the default leaves a margin for scorers that differ from the ones refined against
-            (another LM, spaCy's tags instead of the edit's).
+            which the scorer prefers the true caption (a tie counts one half), and one minus the
+            smallest (preferring the negative as often is as telling). The issue's bar is 0.65; the
+            default leaves a margin for scorers that differ from the ones refined against (another
+            LM, spaCy's tags instead of the edit's).
         extended_edits: also propose edits the plain generator does not make: HN-SWAP of two object
             nouns (CREPE's "swap two atoms of the same type"), and negations that do not lengthen the
             caption ("with" -> "without", a determiner -> "no"), so that length alone cannot tell

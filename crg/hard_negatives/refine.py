@@ -19,11 +19,12 @@ per type of :mod:`crg.hard_negatives` negative, with any number of blind scorers
    each divided by the median absolute gap of the type under that scorer (so nats per token and
    violations weigh alike); the ``per_type`` best are kept.
 4. **Balance per type.** While some scorer prefers the true caption in more than
-   ``max_blind_accuracy`` of a type's kept pairs, the pair that is won by most of the violated
-   scorers, then by most scorers, then by the largest normalised gap under the violated scorers is
-   removed (SugarCrepe removes the pairs the blind models separate most confidently). Removing a won
-   pair lowers that scorer's accuracy; a tie or a lost pair is never removed, so what is kept is as
-   large as this greedy order allows.
+   ``max_blind_accuracy`` of a type's kept pairs -- or in fewer than ``1 - max_blind_accuracy``: a
+   scorer that prefers the *negative* too often separates the pairs as well, with the rule turned
+   round (shorter negations for a length scorer) -- a pair is removed: the one whose removal eases
+   most of the violated bounds (a pair the scorer wins, for a bound from above; one it loses, from
+   below), then worsens fewest, then is separated most clearly there (largest normalised gap;
+   SugarCrepe removes the pairs the blind models separate most confidently). A tie is never removed.
 
 Everything is deterministic: ties are broken by the groups' keys, then by group and candidate
 order, which the seeded generator fixes. The selection sees only scores, so it is tested on synthetic numbers
@@ -121,7 +122,8 @@ class TypeSelection:
         accuracy_candidates: per scorer, the fraction (0-1) of all candidate pairs it wins (a tie one half).
         accuracy_first: the same over each caption's first ``per_group`` candidates (what the plain
             generator would have kept, give or take HN-COMP's sampling).
-        accuracy_kept: the same over the kept pairs (<= ``max_accuracy`` unless nothing could be kept).
+        accuracy_kept: the same over the kept pairs (within ``[1 - max_accuracy, max_accuracy]``
+            unless nothing could be kept).
     """
 
     groups: int
@@ -165,8 +167,9 @@ def _accuracy(wins: list[tuple[float, ...]], num_scorers: int) -> tuple[float, .
 
 
 def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_accuracy: float) -> Selection:
-    """Keep at most ``per_group`` candidates per group such that, per type, no scorer prefers the
-    source in more than ``max_accuracy`` (0.5-1) of the kept pairs (steps 3 and 4 of the module doc).
+    """Keep at most ``per_group`` candidates per group such that, per type, every scorer prefers the
+    source in between ``1 - max_accuracy`` and ``max_accuracy`` (0.5-1) of the kept pairs (steps 3
+    and 4 of the module doc).
 
     Every group must have as many scores per source and candidate (S >= 1).
     """
@@ -212,24 +215,30 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
     for gpos, gg in enumerate(gaps):
         order = sorted(range(len(gg)), key=lambda c: (*hardness(gg[c]), c))
         pool.extend((gpos, c) for c in order[:per_group])
-    # step 4: remove won pairs until every scorer is at or below max_accuracy
+    # step 4: remove pairs until every scorer's accuracy is within [1 - max_accuracy, max_accuracy]
     alive = set(pool)
     total = [sum(wins(gaps[gp][c])[j] for gp, c in pool) for j in S]
 
-    def violated():
-        return [j for j in S if total[j] > max_accuracy * len(alive) + 1e-9]
+    def violated():  # (scorer, +1): prefers the caption too often; (scorer, -1): the negative
+        n = len(alive)
+        return [(j, 1) for j in S if total[j] > max_accuracy * n + 1e-9] + \
+            [(j, -1) for j in S if total[j] < (1.0 - max_accuracy) * n - 1e-9]
 
     bad = violated()
     while bad and alive:
-        def priority(item, bad=bad):
-            gp, c = item
-            w, gap = wins(gaps[gp][c]), gaps[gp][c]
-            return (-sum(w[j] == 1.0 for j in bad), -sum(w), -sum(gap[j] / scale[j] for j in bad), groups[gp].key,
-                    gp, c)
+        def effect(item, bad=bad):
+            """(violations its removal eases, violations it worsens, how obvious the pair is there)"""
+            w, gap = wins(gaps[item[0]][item[1]]), gaps[item[0]][item[1]]
+            helps = [(j, d) for j, d in bad if w[j] == (1.0 if d > 0 else 0.0)]
+            hurts = sum(w[j] == (0.0 if d > 0 else 1.0) for j, d in bad)
+            return len(helps), hurts, sum(abs(gap[j]) / scale[j] for j, _ in helps)
 
-        order = sorted((it for it in alive if any(wins(gaps[it[0]][it[1]])[j] == 1.0 for j in bad)), key=priority)
+        scored = [(effect(it), it) for it in alive]
+        order = [it for (helps, hurts, strength), it in sorted(
+            ((e, it) for e, it in scored if e[0] > 0),
+            key=lambda x: (-x[0][0], x[0][1], -x[0][2], groups[x[1][0]].key, x[1]))]
         if not order:
-            break  # only ties and lost pairs left under the violated scorers: nothing removal can fix
+            break  # only ties (or pairs that would make it worse) left: nothing removal can fix
         for gp, c in order:
             w = wins(gaps[gp][c])
             alive.discard((gp, c))
