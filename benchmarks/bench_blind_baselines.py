@@ -25,12 +25,12 @@ of the first N COCO and Flickr30K Karpathy test captions, per type, three ways:
   is then a language model the refinement never saw: how far the refinement carries over to
   another blind model, rather than fooling the one it was tuned on.
 
-Prints a markdown table of accuracies and one of the negatives kept per type (and writes JSON with
-``--out``).
+Prints a markdown table of accuracies, one of the negatives kept per type and, per type, a few COCO
+captions with their plain and refined negatives (and writes JSON with ``--out``).
 
     python benchmarks/bench_blind_baselines.py                      # N = 2,000
-    python benchmarks/bench_blind_baselines.py --num-captions 5000  # the documented run (docs/benchmarks_compositional.md)
-    python benchmarks/bench_blind_baselines.py --num-captions 10000 --no-refine  # the issue's setting, before only
+    python benchmarks/bench_blind_baselines.py --num-captions 10000  # docs/benchmarks_compositional.md
+    python benchmarks/bench_blind_baselines.py --num-captions 10000 --no-refine  # before refinement only
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="seed of the negatives and the order shuffles")
     ap.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
                     help="also generate adversarially refined negatives (default: yes)")
+    ap.add_argument("--examples", type=int, default=2,
+                    help="captions per type whose plain and refined COCO negatives are printed (default 2)")
     ap.add_argument("--out", help="also write the table as JSON here")
     return ap
 
@@ -90,6 +92,22 @@ def our_negatives(parsed: list[tuple[str, ParsedCaption]], config: HardNegativeC
     for n in negatives:
         out[n.type].append((n.source, n.text))
     return {t: out[t] for t in HN_TYPES if t in out}, report.as_dict()
+
+
+def examples(plain: dict, refined: dict, k: int) -> dict:
+    """Per type, ``k`` captions spread evenly over those that keep a refined negative: the caption, the
+    plain generator's negatives of it and the refined ones (what the docs quote)."""
+    out = {}
+    for hn_type, pairs in refined.items():
+        kept, before = defaultdict(list), defaultdict(list)
+        for source, text in pairs:
+            kept[source].append(text)
+        for source, text in plain.get(hn_type, ()):
+            before[source].append(text)
+        sources = list(kept)
+        picks = [sources[i * len(sources) // k] for i in range(min(k, len(sources)))]
+        out[hn_type] = [{"caption": s, "plain": before[s], "refined": kept[s]} for s in picks]
+    return out
 
 
 def main(argv=None) -> int:
@@ -170,6 +188,8 @@ def main(argv=None) -> int:
                              "kept %": round(100.0 * n_after / max(n_before, 1), 1),
                              "captions before": before["captions_with"].get(hn_type, 0),
                              "captions after": report["captions_with"].get(hn_type, 0)})
+    shown = {name: examples(sets[f"ours {name}"], sets[f"ours {name}, refined"], args.examples)
+             for name in counts if f"ours {name}, refined" in sets}
     total = time.perf_counter() - started
     print(f"blind text baselines: LM trained on {len(train):,} Flickr30K train captions (LM-B on the odd train images' "
           f"captions); order sets and our negatives from the first {args.num_captions:,} Karpathy test captions of "
@@ -186,13 +206,20 @@ def main(argv=None) -> int:
         print("|---|---|" + "---|" * len(cols))
         for r in kept:
             print(f"| {r['set']} | {r['type']} | " + " | ".join(f"{r[c]:,}" for c in cols) + " |")
-    print(f"\n{total:.0f} s on {platform.processor() or platform.machine()} ({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())})")
+    for hn_type, items in shown.get("COCO", {}).items():
+        print(f"\n{hn_type}, COCO: caption / plain negatives / refined negatives")
+        for ex in items:
+            print(f"  {ex['caption']}\n    plain:   {' | '.join(ex['plain'])}")
+            print(f"    refined: {' | '.join(ex['refined'])}")
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    print(f"\n{total:.0f} s on {platform.processor() or platform.machine()} ({steps})")
     if args.out:
         from crg.outputs import write_json_atomic
 
         write_json_atomic(args.out, {"rows": rows, "kept": kept, "num_captions": args.num_captions,
                                      "train_captions": len(train), "ours": counts, "reports": reports,
-                                     "seconds": round(total, 1), "timings": {k: round(v, 1) for k, v in timings.items()}})
+                                     "examples": shown, "seconds": round(total, 1),
+                                     "timings": {k: round(v, 1) for k, v in timings.items()}})
     return 0
 
 
