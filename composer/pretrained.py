@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import torch
 from torch import nn
 
-from composer.config import plain_config
+from composer.config import optional_subconfig, plain_config
 
 __all__ = [
     "CONFIG_NAME",
@@ -99,8 +99,11 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], *, where: str | None
     values: dict[str, Any] = {}
     for name, value in data.items():
         hint = hints[name]
+        optional = optional_subconfig(hint)
         if isinstance(hint, type) and is_dataclass(hint):
             value = config_from_dict(hint, value, where=f"{where}.{name}")
+        elif optional is not None and value is not None:
+            value = config_from_dict(optional, value, where=f"{where}.{name}")
         elif typing.get_origin(hint) is tuple and isinstance(value, list):
             value = tuple(value)
         values[name] = value

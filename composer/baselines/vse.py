@@ -102,6 +102,8 @@ VSE_PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"text_layers": 12},                                   # bert-base-uncased, all 12 layers
     "offline": {"text_layers": 6},                                  # the whole 6-layer MiniLM
     "small": {"text_layers": 2, "embed_dim": 128, "image_hidden_size": 256},   # random init, CPU-sized
+    # MiniLM's embeddings and first 2 layers (384-d, pretrained) under small's joint space and image MLP
+    "small-minilm": {"text_layers": 2, "embed_dim": 128, "image_hidden_size": 256},
     "tiny": {"text_layers": 2, "embed_dim": 20, "image_hidden_size": 17},      # tests: all sizes differ
 }
 
@@ -116,7 +118,9 @@ def vse_config(preset: str = "offline", **overrides: Any) -> VSEConfig:
     if preset not in VSE_PRESETS:
         raise ValueError(f"unknown VSE preset {preset!r}; available: {sorted(VSE_PRESETS)}")
     text_side = composer_config(preset)
-    cfg = VSEConfig(text_model=text_side.text_model, tokenizer=text_side.tokenizer, text=text_side.text,
+    # the text encoder at the checkpoint's width (COMPOSER's PT sizes); text_projection maps it to embed_dim
+    cfg = VSEConfig(text_model=text_side.text_model, tokenizer=text_side.tokenizer,
+                    text=text_side.pt_text or text_side.text,
                     visual=text_side.visual, **VSE_PRESETS[preset])
     overrides = copy.deepcopy(overrides)
     if "text_model" in overrides and "tokenizer" not in overrides:
@@ -253,7 +257,7 @@ class VSE(PretrainedModel, nn.Module):
 
     def score_pairs(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                     programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor) -> torch.Tensor:
-        """(Q,) cosine of each (image, caption) pair; :meth:`composer.modeling.composer.Composer.score_pairs`'s signature.
+        """(Q,) cosine of each (image, caption) pair, with ``Composer.score_pairs``'s signature.
 
         Each distinct image and caption named by the pairs is encoded once.
 

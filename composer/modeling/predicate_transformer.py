@@ -256,31 +256,46 @@ class _Encoder(nn.Module):
             for _ in range(num_layers))
 
 
+class _Projection(nn.Sequential):
+    """A linear map to the model's width + LayerNorm: what follows the PT expects LayerNorm'd vectors."""
+
+    def __init__(self, in_size: int, out_size: int, eps: float):
+        super().__init__(nn.Linear(in_size, out_size), nn.LayerNorm(out_size, eps=eps))
+
+
 class PredicateTransformer(nn.Module):
     """BERT embeddings + the first ``num_layers`` BERT layers, self-attention over text only (§3.1).
 
     The flat baseline reuses it as its text encoder (same weights, whole captions as input).
+    ``out_size`` (the model's text width) differing from ``cfg.hidden_size`` (a pretrained checkpoint's
+    width) adds ``embedding_projection`` and ``output_projection`` (:class:`ComposerConfig` ``pt_text``).
     """
 
-    def __init__(self, cfg: TextConfig, num_layers: int):
+    def __init__(self, cfg: TextConfig, num_layers: int, *, out_size: int | None = None):
         super().__init__()
         self.config = cfg
         self.num_layers = num_layers
         self.embeddings = TextEmbeddings(cfg)
         self.encoder = _Encoder(cfg, num_layers)
         self.apply(partial(init_bert_weights, std=cfg.initializer_range))
+        self.embedding_projection = self.output_projection = None
+        if out_size is not None and out_size != cfg.hidden_size:  # PyTorch's default init: fan-in scaled
+            self.embedding_projection = _Projection(cfg.hidden_size, out_size, cfg.layer_norm_eps)
+            self.output_projection = _Projection(cfg.hidden_size, out_size, cfg.layer_norm_eps)
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> PredicateTransformer:
-        """Build with ``cfg.pt_layers`` layers; load ``cfg.text_model`` when given and ``load_pretrained``."""
-        pt = cls(cfg.text, cfg.pt_layers)
+        """Build with ``cfg.pt_layers`` layers of ``cfg.pt_text`` (default ``cfg.text``) sizes, projected to
+        ``cfg.text.hidden_size`` where they differ; load ``cfg.text_model`` when given and ``load_pretrained``."""
+        pt = cls(cfg.pt_text or cfg.text, cfg.pt_layers, out_size=cfg.text.hidden_size)
         if load_pretrained and cfg.text_model is not None:
             pt.load_pretrained(cfg.text_model)
         return pt
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, T, D) token embeddings (shared with the primitive encoder)."""
-        return self.embeddings(ids)
+        x = self.embeddings(ids)                               # (B, T, D_pt)
+        return x if self.embedding_projection is None else self.embedding_projection(x)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Encode templates (or sentences).
@@ -292,10 +307,10 @@ class PredicateTransformer(nn.Module):
         Returns:
             (P, T, D) contextualised tokens; rows at padded positions are defined but meaningless.
         """
-        x = self.embeddings(ids)  # (P, T, D)
+        x = self.embeddings(ids)  # (P, T, D_pt)
         for layer in self.encoder.layer:
             x = layer(x, mask)
-        return x
+        return x if self.output_projection is None else self.output_projection(x)  # (P, T, D)
 
     def load_pretrained(self, name_or_path: str) -> None:
         """Copy the embeddings and first ``num_layers`` layers of a BERT checkpoint (local dir or hub name)."""
@@ -315,11 +330,13 @@ class PredicateTransformer(nn.Module):
             raise ValueError(f"{name_or_path} has {c.num_hidden_layers} layers, fewer than pt_layers="
                              f"{self.num_layers}")
         source = hf.state_dict()
-        target = self.state_dict()
+        # the projections to the model's width are the model's own, not the checkpoint's
+        target = [k for k in self.state_dict() if not k.startswith(("embedding_projection.", "output_projection."))]
         missing = [k for k in target if k not in source]
         if missing:
             raise ValueError(f"{name_or_path} lacks {len(missing)} weights the Predicate Transformer needs, "
                              f"e.g. {missing[:3]}; is it a BERT-architecture checkpoint?")
-        self.load_state_dict({k: source[k] for k in target}, strict=True)
+        result = self.load_state_dict({k: source[k] for k in target}, strict=False)
+        assert not result.unexpected_keys and set(result.missing_keys) == set(self.state_dict()) - set(target)
         log.info("Predicate Transformer: embeddings and layers 0-%d loaded from %s (%d of its %d layers)",
                  self.num_layers - 1, name_or_path, self.num_layers, c.num_hidden_layers)
