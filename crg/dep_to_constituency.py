@@ -32,7 +32,7 @@ __all__ = ["dependency_to_constituency", "projectivize", "escape_ptb_word", "une
 logger = logging.getLogger(__name__)
 
 #: Bump whenever the conversion's output can change: parse caches are keyed on it.
-CONVERTER_VERSION = "6"
+CONVERTER_VERSION = "7"
 
 #: How many sentences needed the flat fallback projection (for benchmarks and tests).
 FALLBACKS = [0]
@@ -267,7 +267,7 @@ class _Converter:
         for g in candidates:
             if self.deps[g] == "preconj" and g < h:
                 continue
-            if not (h < g < conj[-1]) and self.deps[g] != "cc":
+            if not (h < g < conj[-1]) and (self.deps[g] != "cc" or g < h):  # "But .. had X and could Y"
                 continue
             if any(lo < g < hi for lo, hi in cores):
                 continue
@@ -364,7 +364,7 @@ class _Converter:
         return item
 
     def _join(self, first: _Item, members: list[_Item], h: int) -> _Item:
-        conjuncts = [first] + [m for m in members if m.tree.label() not in ("CC", "CONJP", ",", ":") and m.tree.label() not in PUNCT_TAGS]
+        conjuncts = [first] + [m for m in members if m.tree.label() not in {"CC", "CONJP"} | PUNCT_TAGS]
         parts = sorted([first] + members, key=lambda it: it.start)
         if all(c.tree.height() == 3 and len(c.tree) == 1 and c.tree.label() not in ("VP", "S") for c in conjuncts):
             # bare words: PTB coordinates them flat, (NP (NNS dogs) (CC and) (NNS cats))
@@ -374,6 +374,15 @@ class _Converter:
         if any(p.tree.label() == "CC" and p.tree[0] == "&" for p in parts) and \
                 all(c.tree.label() == "NP" and c.tree.height() == 3 for c in conjuncts):
             # names joined by "&" are one base NP in PTB: (NP (NNP W.R.) (NNP Grace) (CC &) (NNP Co.))
+            flat = [w for p in parts for w in (p.tree if p in conjuncts else [p.tree])]
+            return _Item(Tree("NP", flat), parts[0].start, parts[-1].end)
+        if _base_np(first.tree) and any(w.label() not in NOUN_TAGS for w in first.tree) and all(
+                c.tree.label() == "NP" and len(c.tree) == 1 and c.tree[0].label() in ("NN", "NNS") and
+                _agrees(first.tree[0], c.tree[0].label()) for c in conjuncts[1:]):
+            # bare nouns after a premodified one share its premodifiers, flat in PTB:
+            # (NP (DT those) (NNS workers) (CC and) (NNS managers)); not when a determiner cannot
+            # take them all, (NP (NP a beard) (CC and) (NP glasses)), or the first is a compound noun,
+            # (NP (NP school officials) (CC and) (NP prosecutors))
             flat = [w for p in parts for w in (p.tree if p in conjuncts else [p.tree])]
             return _Item(Tree("NP", flat), parts[0].start, parts[-1].end)
         return self._node(first.tree.label(), parts)
@@ -581,8 +590,9 @@ class _Converter:
             level = s_level if with_subj and subj else 0
             if level == 0 and any(self.deps[g] in AUX_DEPS and g < c for c in conj for g in self.children[c]):
                 level = a  # "is appealing it and is considering ..": the conjuncts are whole VPs with their auxiliaries
-            if sbar_deps and any(self.deps[g] == "mark" for c in conj for g in self.children[c]):
-                level = sbar_level  # "that .. and that ..": (SBAR (SBAR that S) (CC and) (SBAR that S))
+            if sbar_deps and any(self._is_sbar_dep(c, g) for c in conj for g in self.children[c]):
+                # "that .. and that ..", "who .. and who ..": (SBAR (SBAR that S) (CC and) (SBAR that S))
+                level = sbar_level
             coord = (self._members(conj, glue, set(conj) | set(glue)), level)
         item = self.project(v, list(items.values()), labels, coord, bare_ok=False)
         separators = [p for p in kids if self.deps[p] == "punct" and self.words[p] in (";", ":", "--") and
@@ -650,11 +660,21 @@ class _Converter:
             parts = list(subject) + parts[1:]  # the subject's own post-modified NP is this NP
         return _Item(Tree("NP", parts), item.start, item.end)
 
+    def _conjunct_role(self, c: int) -> str:
+        """The role of the first conjunct of the coordination that ``c`` belongs to."""
+        for _ in range(len(self.words)):
+            if self.deps[c] != "conj" or self.heads[c] == c:
+                break
+            c = self.heads[c]
+        return self.deps[c]
+
     def _is_sbar_dep(self, v: int, c: int) -> bool:
         """Complementizers and the fronted wh-phrase of relative clauses and questions."""
         if self.deps[c] == "mark":
             return True
         role = self.deps[v]
+        if role == "conj" and self._conjunct_role(v) == "relcl":
+            role = "relcl"  # "who owns a shop and who lives ..": each conjunct its own relative clause
         if c > v or c != min(self.children[v]) or not (
                 role in ("relcl", "advcl", "ccomp", "csubj", "pcomp", "xcomp") or role == "ROOT" and self.question):
             return False
@@ -662,6 +682,24 @@ class _Converter:
         if role == "relcl":
             return self.tags[first] in WH_TAGS or (self.words[c].lower() == "that" and c == first)
         return self.tags[first] in WH_TAGS
+
+
+_SINGULAR_DETERMINERS = frozenset({"a", "an", "another", "each", "every", "this", "that"})
+_PLURAL_DETERMINERS = frozenset({"these", "those", "both", "many", "several", "few"})
+
+
+def _agrees(first_word: Tree, noun_tag: str) -> bool:
+    """Can the determiner that opens a base NP (the preterminal ``first_word``) take a noun tagged
+    ``noun_tag``? ``a`` takes no plural, ``those`` no singular; anything else takes both."""
+    word = first_word[0].lower()
+    if word in _SINGULAR_DETERMINERS:
+        return noun_tag not in ("NNS", "NNPS")
+    return not (word in _PLURAL_DETERMINERS and noun_tag in ("NN", "NNP"))
+
+
+def _base_np(node: Tree) -> bool:
+    """An NP of words only, ``(NP (DT the) (NN dog))``."""
+    return node.label() == "NP" and all(_preterminal(c) for c in node)
 
 
 def _preterminal(node) -> bool:

@@ -465,7 +465,8 @@ def test_conjuncts_with_their_own_auxiliaries_coordinate_as_whole_vps():
         an DT 10 det
         appeal NN 8 dobj""")
     assert tree == ("(TOP (S (NP (PRP He)) (VP (VP (VBZ is) (ADVP (RB already)) (VP (VBG appealing) "
-                    "(NP (DT the) (NN order)))) (CC and) (VP (VBZ is) (VP (VBG considering) (NP (DT an) (NN appeal)))))))")
+                    "(NP (DT the) (NN order)))) (CC and) "
+                    "(VP (VBZ is) (VP (VBG considering) (NP (DT an) (NN appeal)))))))")
 
 
 def test_a_noun_with_a_subject_or_object_is_a_mistagged_verb():
@@ -525,3 +526,76 @@ def test_an_adjective_with_a_subject_is_a_small_clause():
         rates NNS 4 nsubj
         illegal JJ 1 ccomp""")
     assert "(VP (VBD found) (S (NP (DT the) (NNS rates)) (ADJP (JJ illegal))))" in tree
+
+
+def test_bare_nouns_after_a_premodified_noun_share_its_premodifiers():
+    shared = convert("""
+        those DT 1 det
+        workers NNS 4 nsubj
+        and CC 1 cc
+        managers NNS 1 conj
+        left VBD 4 ROOT""")
+    assert "(NP (DT those) (NNS workers) (CC and) (NNS managers))" in shared
+    listed = convert("""
+        the DT 1 det
+        home NN 6 nsubj
+        , , 1 punct
+        office NN 1 conj
+        and CC 3 cc
+        garden NN 3 conj
+        sold VBD 6 ROOT""")
+    assert "(NP (DT the) (NN home) (, ,) (NN office) (CC and) (NN garden))" in listed
+    # a determiner that cannot take every noun, a first conjunct that is a compound noun, and
+    # proper names keep their own NPs
+    plural = convert("""
+        a DT 1 det
+        beard NN 4 pobj
+        and CC 1 cc
+        glasses NNS 1 conj
+        with IN 4 ROOT""")
+    assert "(NP (NP (DT a) (NN beard)) (CC and) (NP (NNS glasses)))" in plural
+    compound = convert("""
+        school NN 1 compound
+        officials NNS 4 nsubj
+        and CC 1 cc
+        prosecutors NNS 1 conj
+        say VBP 4 ROOT""")
+    assert "(NP (NP (NN school) (NNS officials)) (CC and) (NP (NNS prosecutors)))" in compound
+    names = convert("""
+        the DT 1 det
+        Philippines NNPS 4 nsubj
+        and CC 1 cc
+        Thailand NNP 1 conj
+        gain VBP 4 ROOT""")
+    assert "(NP (NP (DT the) (NNPS Philippines)) (CC and) (NP (NNP Thailand)))" in names
+
+
+def test_a_sentence_initial_coordinator_is_not_part_of_a_vp_coordination():
+    tree = convert("""
+        But CC 3 cc
+        the DT 2 det
+        PCs NNS 3 nsubj
+        had VBD 3 ROOT
+        keyboards NNS 3 dobj
+        and CC 3 cc
+        could MD 7 aux
+        store VB 3 conj
+        data NNS 7 dobj""")
+    assert tree == ("(TOP (S (CC But) (NP (DT the) (NNS PCs)) (VP (VP (VBD had) (NP (NNS keyboards))) (CC and) "
+                    "(VP (MD could) (VP (VB store) (NP (NNS data)))))))")
+
+
+def test_relative_clauses_each_with_a_wh_word_coordinate_as_sbars():
+    tree = convert("""
+        a DT 1 det
+        woman NN 1 ROOT
+        who WP 3 nsubj
+        owns VBZ 1 relcl
+        a DT 5 det
+        shop NN 3 dobj
+        and CC 3 cc
+        who WP 8 nsubj
+        lives VBZ 3 conj
+        here RB 8 advmod""")
+    assert tree == ("(TOP (NP (NP (DT a) (NN woman)) (SBAR (SBAR (WHNP (WP who)) (S (VP (VBZ owns) "
+                    "(NP (DT a) (NN shop))))) (CC and) (SBAR (WHNP (WP who)) (S (VP (VBZ lives) (ADVP (RB here))))))))")
