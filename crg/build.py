@@ -28,7 +28,8 @@ from crg.graph import ConceptGraph, GraphBuilder
 from crg.parse_cache import ParseCache
 from crg.parser_base import ConstituencyParser
 
-__all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "iter_dump", "pruning_rng"]
+__all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "iter_dump", "pruning_rng",
+           "usable_captions", "graph_meta"]
 
 logger = logging.getLogger(__name__)
 
@@ -204,15 +205,7 @@ def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache |
     ``prune_probability`` / ``prune_seed``: build from degraded parses (see :func:`analyze_captions`).
     """
     report = BuildReport()
-    todo: list[tuple[int, int, str]] = []
-    for i, j, raw in corpus.iter_captions():
-        report.num_captions += 1
-        problem = caption_problem(raw, max_words=max_words)
-        if problem:
-            report.skip(problem, corpus.images[i].image_id, j, raw)
-            continue
-        todo.append((i, j, normalize_caption(raw)))
-
+    todo = usable_captions(corpus, report, max_words=max_words)
     builder = GraphBuilder([im.image_id for im in corpus.images], [im.split for im in corpus.images])
     dump = _open_atomic(dump_path) if dump_path else None
     try:
@@ -237,13 +230,33 @@ def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache |
         logger.warning("skipped %d of %d captions: %s (first examples in the report)",
                        sum(report.skipped.values()), report.num_captions, report.skipped)
     started = time.perf_counter()
-    meta = {"corpus": str(corpus.path), "corpus_format": corpus.format, "parser": parser.cache_key(),
+    graph = builder.build(meta=graph_meta(corpus, parser.cache_key(), report, prune_probability, prune_seed))
+    report.extract_seconds = time.perf_counter() - started
+    return graph, report
+
+
+def usable_captions(corpus: Corpus, report: BuildReport, *, max_words: int = 100) -> list[tuple[int, int, str]]:
+    """``(image_index, caption_index, normalized_text)`` of every caption worth parsing; the rest are counted
+    in ``report`` with their reason. Shared by every engine, so they all skip the same captions."""
+    todo: list[tuple[int, int, str]] = []
+    for i, j, raw in corpus.iter_captions():
+        report.num_captions += 1
+        problem = caption_problem(raw, max_words=max_words)
+        if problem:
+            report.skip(problem, corpus.images[i].image_id, j, raw)
+            continue
+        todo.append((i, j, normalize_caption(raw)))
+    return todo
+
+
+def graph_meta(corpus: Corpus, parser_key: str, report: BuildReport, prune_probability: float = 0.0,
+               prune_seed: int = 0) -> dict:
+    """The ``meta`` of a built graph (the same whatever engine built it)."""
+    meta = {"corpus": str(corpus.path), "corpus_format": corpus.format, "parser": parser_key,
             "report": report.as_dict()}
     if prune_probability > 0:
         meta["prune"] = {"probability": float(prune_probability), "seed": int(prune_seed)}
-    graph = builder.build(meta=meta)
-    report.extract_seconds = time.perf_counter() - started
-    return graph, report
+    return meta
 
 
 def _open_atomic(path):

@@ -32,7 +32,8 @@ import numpy as np
 
 from crg.extract import PHRASE, PRIMITIVE, PRIMITIVE_TAGS, SENTENCE, ConceptNode, Predicate
 
-__all__ = ["ConceptGraph", "GraphBuilder", "Concept", "Derivation", "KIND_BITS", "load_graph"]
+__all__ = ["ConceptGraph", "GraphBuilder", "GraphPart", "PartCaption", "Concept", "Derivation", "KIND_BITS",
+           "load_graph"]
 
 KIND_BITS = {SENTENCE: 1, PHRASE: 2, PRIMITIVE: 4}
 _ARRAYS = ("concept_kinds", "deriv_parent", "deriv_predicate", "deriv_child_ptr", "deriv_children",
@@ -264,6 +265,46 @@ def load_graph(directory: str | Path) -> ConceptGraph:
     return ConceptGraph.load(directory)
 
 
+@dataclass
+class PartCaption:
+    """One caption of a :class:`GraphPart`; ``root``, ``derivs`` and ``concepts`` are the part's own ids."""
+
+    image: int              # image index in the whole corpus (the merged graph's image table)
+    index: int              # the caption's position among its image's captions
+    text: str
+    root: int
+    height: int
+    derivs: list[int]       # derivation ids, children before parents (as GraphBuilder.add_caption visits)
+    concepts: list[int]     # distinct concept ids
+
+
+@dataclass
+class PartDerivation:
+    """``parent = predicate(children)`` in a part's own concept and predicate ids."""
+
+    parent: int
+    predicate: int
+    children: list[int]
+
+
+@dataclass
+class GraphPart:
+    """The captions of one shard as a graph of their own: string tables and ids local to the shard.
+
+    Made by :meth:`GraphBuilder.part` on a worker; :meth:`GraphBuilder.add_part` merges parts in shard
+    order into exactly the graph that adding their captions one by one would give (ids are assigned by
+    first occurrence, and a part lists its concepts, predicates and derivations in first-occurrence order),
+    so the merging process handles each distinct string of a shard once and never sees a parse tree.
+    """
+
+    concept_texts: list[str]
+    concept_labels: list[str]     # the label of each concept's first occurrence in the shard
+    concept_kinds: list[int]      # KIND_BITS masks, OR-ed over the shard
+    predicate_templates: list[str]
+    derivations: list[PartDerivation]
+    captions: list[PartCaption]
+
+
 class GraphBuilder:
     """Accumulates caption concept trees into a :class:`ConceptGraph`, one caption at a time."""
 
@@ -321,6 +362,49 @@ class GraphBuilder:
         self._cap_derivs.append(np.asarray(derivs, dtype=np.int32))
         self._cap_concepts.append(np.asarray(sorted(concepts), dtype=np.int32))
         self._cap_texts.append(caption)
+
+    def part(self) -> GraphPart:
+        """The captions added so far as a :class:`GraphPart` (this builder's ids; the image table is not used)."""
+        return GraphPart(
+            concept_texts=list(self._concepts), concept_labels=list(self._concept_labels),
+            concept_kinds=list(self._concept_kinds), predicate_templates=list(self._predicates),
+            derivations=[PartDerivation(p, q, list(c)) for p, q, c in self._deriv_rows],
+            captions=[PartCaption(int(i), int(j), t, int(r), int(h), d.tolist(), c.tolist()) for i, j, t, r, h, d, c in
+                      zip(self._cap_image, self._cap_index, self._cap_texts, self._cap_root, self._cap_height,
+                          self._cap_derivs, self._cap_concepts)])
+
+    def add_part(self, part: GraphPart) -> None:
+        """Merge a shard's :class:`GraphPart`: its ids are mapped to this builder's, adding what is new.
+
+        Adding parts in shard order gives the same graph as adding their captions in that order.
+        """
+        concept_map = np.empty(len(part.concept_texts), dtype=np.int64)
+        for k, (text, label, kinds) in enumerate(zip(part.concept_texts, part.concept_labels, part.concept_kinds)):
+            cid = self._concepts.get(text)
+            if cid is None:
+                cid = self._concepts[text] = len(self._concept_kinds)
+                self._concept_kinds.append(0)
+                self._concept_labels.append(label)
+            self._concept_kinds[cid] |= int(kinds)
+            concept_map[k] = cid
+        predicate_map = [self._predicates.setdefault(t, len(self._predicates)) for t in part.predicate_templates]
+        deriv_map = np.empty(len(part.derivations), dtype=np.int64)
+        for k, d in enumerate(part.derivations):
+            children = tuple(int(concept_map[c]) for c in d.children)
+            key = (int(concept_map[d.parent]), predicate_map[d.predicate], children)
+            did = self._derivs.get(key)
+            if did is None:
+                did = self._derivs[key] = len(self._deriv_rows)
+                self._deriv_rows.append(key)
+            deriv_map[k] = did
+        for cap in part.captions:
+            self._cap_image.append(cap.image)
+            self._cap_index.append(cap.index)
+            self._cap_root.append(int(concept_map[cap.root]))
+            self._cap_height.append(cap.height)
+            self._cap_derivs.append(deriv_map[np.asarray(cap.derivs, dtype=np.int64)].astype(np.int32))
+            self._cap_concepts.append(np.sort(concept_map[np.asarray(cap.concepts, dtype=np.int64)]).astype(np.int32))
+            self._cap_texts.append(cap.text)
 
     def build(self, meta: dict | None = None) -> ConceptGraph:
         n_concepts = len(self._concept_kinds)

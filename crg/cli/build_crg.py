@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from crg.build import build_crg
@@ -41,7 +42,16 @@ def build_argparser() -> argparse.ArgumentParser:
                     help=f"parse cache file (default: {default_cache_path()}; env GC_CACHE_DIR moves it)")
     ap.add_argument("--no-cache", action="store_true", help="parse everything, cache nothing")
     ap.add_argument("--workers", type=int, default=None,
-                    help="parser processes (default: all cores when more than 20,000 captions need parsing)")
+                    help="parser processes (default: all cores when more than 20,000 captions need parsing); "
+                         "--engine ray: parser actors (default: every CPU of the Ray cluster)")
+    ap.add_argument("--engine", choices=("single", "ray"), default="single",
+                    help="single (default): this machine's processes; ray: a Ray Data pipeline over corpus shards, "
+                         "shard files in OUT/shards (needs the [distributed] extra; docs/scale.md)")
+    ap.add_argument("--address", default=None,
+                    help="--engine ray: join the Ray cluster at auto or HOST:PORT (default: start a local Ray on "
+                         "this machine's cores)")
+    ap.add_argument("--shards", type=int, default=None,
+                    help="--engine ray: cut the corpus into N shards (default: about 5,000 captions each)")
     ap.add_argument("--max-words", type=int, default=100, help="skip captions longer than this")
     ap.add_argument("--show", type=int, default=0, metavar="N",
                     help="print the concept trees of the first N captions")
@@ -53,7 +63,7 @@ def build_argparser() -> argparse.ArgumentParser:
     return ap
 
 
-OWNED = ("graph.npz", "graph_strings.json.gz", "stats.json", "captions.jsonl")
+OWNED = ("graph.npz", "graph_strings.json.gz", "stats.json", "captions.jsonl", "shards")
 
 
 def format_caption_tree(graph, caption: int) -> str:
@@ -74,6 +84,26 @@ def format_caption_tree(graph, caption: int) -> str:
     return "\n".join(lines)
 
 
+def _build_with_ray(args, corpus):
+    try:
+        from crg.ray_engine import ParserSpec, RayConfig, build_crg_ray
+        import ray  # noqa: F401  (only to fail here, with the fix, when the extra is missing)
+    except ImportError as err:
+        raise SystemExit(f"error: --engine ray needs Ray ({err}); install it with pip install -e \".[distributed]\"")
+    try:
+        config = RayConfig(address=args.address, workers=args.workers, shards=args.shards)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    out = Path(args.out)
+    build = build_crg_ray(corpus, ParserSpec(args.parser, args.parser_model), out / "shards", config=config,
+                          cache_path=None if args.no_cache else (args.cache or default_cache_path()),
+                          dump_path=out / "captions.jsonl" if args.dump else None, progress=not args.quiet,
+                          max_words=args.max_words)
+    for problem in build.engine.bad_shard_files:
+        print(f"warning: {problem}", file=sys.stderr)
+    return build.graph, build.report, build.engine
+
+
 def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -91,6 +121,8 @@ def main(argv=None) -> int:
         if args.parser_model is not None:
             raise SystemExit("error: --parser-model needs --parser (spacy, benepar or preparsed)")
         args.parser = "spacy"
+    if args.engine != "ray" and (args.address or args.shards):
+        raise SystemExit("error: --address and --shards are options of --engine ray")
     if args.resume and args.overwrite:
         raise SystemExit("error: --resume rebuilds the graph in --out, --overwrite replaces it: give one of them")
     try:
@@ -108,26 +140,32 @@ def main(argv=None) -> int:
     settings = {"captions": str(Path(args.captions).resolve()), "format": corpus.format, "split": args.split,
                 "parser": args.parser, "parser_model": args.parser_model, "max_words": args.max_words,
                 "dump": args.dump}
+    if args.engine == "ray":
+        settings["engine"] = "ray"  # only then: folders of the single engine resume as before
     try:
         prepare_output_dir(args.out, command="build_crg", settings=settings,
                            mode="resume" if args.resume else "overwrite" if args.overwrite else "new", owned=OWNED)
     except OutputDirError as err:
         raise SystemExit(f"error: {err}") from None
     parser = make_parser(args.parser, args.parser_model)
-    workers = args.workers
-    if workers is None:
-        workers = (os.cpu_count() or 1) if corpus.num_captions > 20_000 and args.parser == "spacy" else 1
-    cache = None if args.no_cache else ParseCache(args.cache or default_cache_path())
-    try:
-        graph, report = build_crg(
-            corpus, parser, cache=cache, n_process=workers,
-            parser_spec=(args.parser, args.parser_model, {}),
-            dump_path=Path(args.out) / "captions.jsonl" if args.dump else None,
-            progress=not args.quiet, max_words=args.max_words)
-    finally:
-        if cache is not None:
-            cache.close()
     out = Path(args.out)
+    engine = None
+    if args.engine == "ray":
+        graph, report, engine = _build_with_ray(args, corpus)
+    else:
+        workers = args.workers
+        if workers is None:
+            workers = (os.cpu_count() or 1) if corpus.num_captions > 20_000 and args.parser == "spacy" else 1
+        cache = None if args.no_cache else ParseCache(args.cache or default_cache_path())
+        try:
+            graph, report = build_crg(
+                corpus, parser, cache=cache, n_process=workers,
+                parser_spec=(args.parser, args.parser_model, {}),
+                dump_path=out / "captions.jsonl" if args.dump else None,
+                progress=not args.quiet, max_words=args.max_words)
+        finally:
+            if cache is not None:
+                cache.close()
     if not args.dump:
         (out / "captions.jsonl").unlink(missing_ok=True)  # a dump of an earlier build would describe another graph
     if graph.num_captions == 0:
@@ -136,6 +174,8 @@ def main(argv=None) -> int:
     stats = graph.stats()
     stats.update({"corpus": str(args.captions), "splits": args.split, "parser": parser.cache_key(),
                   "wall_seconds": round(time.perf_counter() - started, 2), "report": report.as_dict()})
+    if engine is not None:
+        stats["engine"] = asdict(engine)
     write_json_atomic(out / "stats.json", stats)
     for cap in range(min(args.show, graph.num_captions)):
         print(format_caption_tree(graph, cap))

@@ -1,0 +1,264 @@
+"""The distributed CRG engine: parsing and extraction as a Ray Data pipeline over corpus shards.
+
+    gc-build-crg --captions CORPUS --out OUT --engine ray [--address auto|HOST:PORT] [--workers N] [--shards N]
+
+The driver reads the corpus, drops the captions every engine drops (:func:`crg.build.usable_captions`)
+and cuts the rest into contiguous shards, one input file each under ``OUT/shards/``
+(:mod:`crg.shards`). A Ray Data pipeline maps the shards over a pool of actors; each actor loads the
+parser **once** (in its constructor) and, per shard, parses what the parse cache lacks, extracts the
+concept trees and writes the shard's output file. Ray restarts an actor that dies and runs its shard
+again; the output is written through a rename, so a shard is never half there, never lost and never
+counted twice. The driver merges finished shards in shard order while later ones still run, one file at
+a time (:meth:`crg.graph.GraphBuilder.add_part`): it never holds every caption's parse, and the graph it
+writes is the one the single-machine engine (:func:`crg.build.build_crg`) writes.
+
+Without an address a local Ray is started on this machine's cores (and shut down at the end); with
+``auto`` or ``HOST:PORT`` the build joins a running cluster, whose nodes need this package installed and
+``OUT`` on a file system they all see (docs/scale.md). A rerun with ``--resume`` keeps every shard whose
+output is complete and made from the same captions and settings.
+
+Ray is imported only here, and only when the engine runs: ``pip install -e ".[distributed]"``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from crg.build import BuildReport, graph_meta, usable_captions
+from crg.corpus import Corpus
+from crg.graph import ConceptGraph, GraphBuilder
+from crg.parse_cache import ParseCache
+from crg.shards import (
+    ShardCaption, ShardSpec, ShardSummary, analyze_shard, check_shard_output, merge_shard, output_key,
+    output_path, peak_rss_mb, plan_shards, write_shard_input,
+)
+
+__all__ = ["RayConfig", "ParserSpec", "EngineReport", "RayBuild", "build_crg_ray"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RayConfig:
+    """Where and how wide the pipeline runs."""
+
+    address: str | None = None   # None: start a local Ray on this machine; "auto" or "HOST:PORT": join a cluster
+    workers: int | None = None   # parser actors (one CPU each); None: every CPU of the cluster
+    shards: int | None = None    # None: about shard_size captions per shard
+    shard_size: int = 5000       # small enough that a retried shard costs little, large enough to amortize a task
+    object_store_mb: int = 256   # a local Ray's object store: only shard numbers and summaries travel through it
+    crash_once_in_shard: int | None = None  # fault injection (tests): the actor on this shard dies halfway, once
+
+    def __post_init__(self):
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.shards is not None and self.shards < 1:
+            raise ValueError(f"shards must be at least 1, got {self.shards}")
+
+
+@dataclass
+class ParserSpec:
+    """How an actor builds its parser (:func:`crg.parse.make_parser` arguments): a parser object itself
+    would be pickled to every task, a spec is built once per actor."""
+
+    name: str = "spacy"
+    model: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def make(self):
+        from crg.parse import make_parser
+
+        return make_parser(self.name, self.model, **self.options)
+
+
+@dataclass
+class EngineReport:
+    """How the distributed build went (``stats.json``'s ``engine``); the graph's own report is the same as the
+    single-machine engine's."""
+
+    engine: str = "ray"
+    address: str = "local"
+    workers: int = 0
+    num_shards: int = 0
+    shards_reused: int = 0          # complete outputs of an earlier run, kept
+    shards_run: int = 0
+    bad_shard_files: list[str] = field(default_factory=list)   # FILE:LINE: ... of every bad shard file or line met
+    pipeline_seconds: float = 0.0   # from submitting the shards to merging the last one
+    captions_per_second: float = 0.0
+    driver_peak_rss_mb: float = 0.0
+    worker_peak_rss_mb: float = 0.0  # the largest actor's peak
+
+
+@dataclass
+class RayBuild:
+    graph: ConceptGraph
+    report: BuildReport
+    engine: EngineReport
+
+
+class _ShardWorker:
+    """A Ray Data actor: builds the parser and opens the parse cache once, then analyses shard after shard."""
+
+    def __init__(self, parser: ParserSpec, cache_path: str | None, settings: dict, crash_once_in_shard: int | None):
+        self.parser = parser.make()
+        self.cache_path = cache_path  # opened per shard: Ray Data calls the actor from threads, SQLite objects
+        # must stay in the thread that made them
+        self.settings = settings
+        self.crash_once_in_shard = crash_once_in_shard
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        summaries = []
+        for index, path, n, digest, key in zip(batch["shard"], batch["path"], batch["num_captions"],
+                                                batch["digest"], batch["key"]):
+            spec = ShardSpec(int(index), Path(str(path)), int(n), str(digest))
+            cache = ParseCache(self.cache_path) if self.cache_path else None
+            try:
+                summary = analyze_shard(spec, self.parser, output_path(spec.path.parent, spec.index), key=str(key),
+                                        cache=cache, dump=self.settings["dump"],
+                                        prune_probability=self.settings["prune_probability"],
+                                        prune_seed=self.settings["prune_seed"], on_caption=self._crash_hook(spec))
+            finally:
+                if cache is not None:
+                    cache.close()
+            summaries.append(json.dumps(asdict(summary)))
+        return {"summary": summaries}
+
+    def _crash_hook(self, spec: ShardSpec):
+        """Fault injection: die halfway through the chosen shard, the first time only (a marker file remembers)."""
+        if self.crash_once_in_shard != spec.index:
+            return None
+        marker = spec.path.with_name(f"{spec.index:05d}.crashed-once")
+
+        def hook(n: int) -> None:
+            if n == spec.num_captions // 2 and not marker.exists():
+                marker.touch()
+                logger.warning("fault injection: killing this worker halfway through shard %d", spec.index)
+                os._exit(17)
+        return hook
+
+
+def _start_ray(config: RayConfig, progress: bool) -> bool:
+    """Connect to Ray; ``True`` when this call started it (and so should shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if config.address:
+        ray.init(address=config.address, include_dashboard=False, log_to_driver=progress)
+    else:
+        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=config.object_store_mb * 2**20,
+                 include_dashboard=False, log_to_driver=progress)
+    return True
+
+
+def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, config: RayConfig | None = None,
+                  cache_path: str | Path | None = None, dump_path: str | Path | None = None, progress: bool = True,
+                  max_words: int = 100, prune_probability: float = 0.0, prune_seed: int = 0) -> RayBuild:
+    """Build the CRG of ``corpus`` through Ray; the same graph as :func:`crg.build.build_crg`.
+
+    ``shard_dir`` holds the shard files (a rerun keeps the finished ones); ``cache_path`` is the SQLite parse
+    cache each actor reads and extends (``None``: no cache); ``dump_path`` writes ``captions.jsonl``.
+    """
+    import ray
+
+    config = config or RayConfig()
+    started = time.perf_counter()
+    shard_dir = Path(shard_dir)
+    report = BuildReport()
+    todo = usable_captions(corpus, report, max_words=max_words)
+    images = corpus.images
+    specs = []
+    for k, (a, b) in enumerate(plan_shards(len(todo), shards=config.shards, shard_size=config.shard_size)):
+        specs.append(write_shard_input(shard_dir, k, [ShardCaption(i, j, images[i].image_id, t)
+                                                      for i, j, t in todo[a:b]]))
+    del todo
+    parser_key = parser.make().cache_key()
+    settings = {"parser": parser_key, "dump": dump_path is not None, "prune_probability": float(prune_probability),
+                "prune_seed": int(prune_seed)}
+    keys = [output_key(s, settings) for s in specs]
+    engine = EngineReport(address=config.address or "local", num_shards=len(specs))
+    to_run = []
+    for spec, key in zip(specs, keys):
+        why = check_shard_output(output_path(shard_dir, spec.index), shard=spec.index, key=key)
+        if why is None:
+            engine.shards_reused += 1
+            continue
+        if why:
+            logger.warning("running shard %d again: %s", spec.index, why)
+            engine.bad_shard_files.append(why)
+        to_run.append((spec, key))
+    engine.shards_run = len(to_run)
+
+    builder = GraphBuilder([im.image_id for im in images], [im.split for im in images])
+    dump = open(Path(dump_path).with_name(Path(dump_path).name + ".tmp"), "w", encoding="utf-8") if dump_path else None
+    finished = {s.index for s in specs} - {s.index for s, _ in to_run}
+    merged = 0
+    worker_peak = 0.0
+    bar = tqdm(total=len(specs), desc="shards (parse + extract, merge)", unit="shard", disable=not progress)
+
+    def merge_ready() -> None:
+        nonlocal merged, worker_peak
+        while merged < len(specs) and specs[merged].index in finished:
+            summary = merge_shard(specs[merged], keys[merged], builder, report, dump=dump,
+                                  problems=engine.bad_shard_files)
+            if summary is not None:
+                worker_peak = max(worker_peak, summary.peak_rss_mb)
+            merged += 1
+            bar.update(1)
+
+    owns_ray = False
+    pipeline_started = time.perf_counter()
+    try:
+        merge_ready()
+        if to_run:
+            owns_ray = _start_ray(config, progress)
+            workers = config.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            engine.workers = min(workers, len(to_run))
+            ctx = ray.data.DataContext.get_current()
+            ctx.enable_progress_bars = False
+            ctx.preserve_order = False
+            items = [{"shard": s.index, "path": str(s.path), "num_captions": s.num_captions, "digest": s.digest,
+                      "key": key} for s, key in to_run]
+            ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+                _ShardWorker, batch_size=1, num_cpus=1,
+                compute=ray.data.ActorPoolStrategy(size=engine.workers),
+                fn_constructor_kwargs={"parser": parser, "cache_path": str(cache_path) if cache_path else None,
+                                       "settings": settings, "crash_once_in_shard": config.crash_once_in_shard})
+            # Ray Data's actor pool restarts a dead actor and retries its shard by default (max_restarts and
+            # max_task_retries -1): tests/test_crg_ray.py kills one mid-shard and checks the graph
+            for row in ds.iter_rows():
+                summary = ShardSummary(**json.loads(row["summary"]))
+                finished.add(summary.shard)
+                merge_ready()
+        merge_ready()
+    finally:
+        bar.close()
+        if dump is not None:
+            dump.close()
+        if owns_ray:
+            ray.shutdown()
+    if merged != len(specs):
+        missing = sorted({s.index for s in specs} - finished)
+        raise RuntimeError(f"the pipeline ended with shards {missing[:20]} unfinished; rerun with --resume")
+    if dump is not None:
+        os.replace(dump.name, dump_path)
+    report.parse_seconds = time.perf_counter() - pipeline_started
+    if report.skipped:
+        logger.warning("skipped %d of %d captions: %s (first examples in the report)",
+                       sum(report.skipped.values()), report.num_captions, report.skipped)
+    build_started = time.perf_counter()
+    graph = builder.build(meta=graph_meta(corpus, parser_key, report, prune_probability, prune_seed))
+    report.extract_seconds = time.perf_counter() - build_started
+    engine.pipeline_seconds = round(time.perf_counter() - pipeline_started, 2)
+    engine.captions_per_second = round(report.num_captions / max(time.perf_counter() - started, 1e-9), 1)
+    engine.driver_peak_rss_mb = peak_rss_mb()
+    engine.worker_peak_rss_mb = worker_peak
+    return RayBuild(graph, report, engine)
