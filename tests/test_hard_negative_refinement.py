@@ -67,7 +67,8 @@ def test_one_scorer_keeps_as_many_as_a_naive_optimum_and_drops_the_most_obvious_
     t = 0.65
     sel = select_negatives(groups, per_group=5, max_accuracy=t)  # per_group above every group's size
     lost = sum(c[0] > g.source_scores[0] for g in groups for c in g.candidate_scores)
-    won_gaps = sorted(g.source_scores[0] - c[0] for g in groups for c in g.candidate_scores if c[0] < g.source_scores[0])
+    won_gaps = sorted(g.source_scores[0] - c[0] for g in groups for c in g.candidate_scores
+                      if c[0] < g.source_scores[0])
     keep_won = min(len(won_gaps), int(lost * t / (1 - t) + 1e-9))
     assert sel.stats[HN_ATOM].kept == lost + keep_won
     kept_won_gaps = sorted(g.source_scores[0] - g.candidate_scores[c][0] for g, k in zip(groups, sel.kept) for c in k
@@ -94,6 +95,57 @@ def test_a_type_that_cannot_be_balanced_keeps_nothing_and_says_so():
     groups = [CandidateGroup(HN_SWAP, (0.0,), ((-1.0,), (-2.0,)))] * 3
     sel = select_negatives(groups, per_group=5, max_accuracy=0.6)
     assert sel.kept == [(), (), ()] and sel.stats[HN_SWAP].kept == 0 and sel.stats[HN_SWAP].groups_kept == 0
+
+
+def naive_selection(groups, per_group, max_accuracy):
+    """The module doc's steps 3 and 4 written out: after every single removal the violated bounds are
+    found again and the best pair to remove is searched among all pairs left."""
+    kept = [[] for _ in groups]
+    for hn_type in dict.fromkeys(g.type for g in groups):
+        members = [i for i, g in enumerate(groups) if g.type == hn_type]
+        S = range(len(groups[members[0]].source_scores))
+        gap = {(i, c): [groups[i].source_scores[j] - cs[j] for j in S]
+               for i in members for c, cs in enumerate(groups[i].candidate_scores)}
+        scale = []
+        for j in S:
+            nonzero = sorted(abs(g[j]) for g in gap.values() if g[j] != 0)
+            scale.append(nonzero[len(nonzero) // 2] if nonzero else 1.0)
+        win = {it: [1.0 if g[j] > 0 else 0.5 if g[j] == 0 else 0.0 for j in S] for it, g in gap.items()}
+        alive = []
+        for i in members:
+            cands = range(len(groups[i].candidate_scores))
+            alive += [(i, c) for c in sorted(cands, key=lambda c: (sum(win[i, c]),
+                                                                    sum(gap[i, c][j] / scale[j] for j in S), c))
+                      [:per_group]]
+        while alive:
+            n = len(alive)
+            bad = [(j, 1) for j in S if sum(win[it][j] for it in alive) > max_accuracy * n + 1e-9] + \
+                [(j, -1) for j in S if sum(win[it][j] for it in alive) < (1 - max_accuracy) * n - 1e-9]
+            options = []
+            for it in alive:
+                helps = [j for j, d in bad if win[it][j] == (1.0 if d > 0 else 0.0)]
+                hurts = sum(win[it][j] == (0.0 if d > 0 else 1.0) for j, d in bad)
+                if helps:
+                    options.append(((-len(helps), hurts, -sum(abs(gap[it][j]) / scale[j] for j in helps),
+                                     groups[it[0]].key, members.index(it[0]), it[1]), it))
+            if not options:
+                break
+            alive.remove(min(options)[1])
+        for i, c in alive:
+            kept[i].append(c)
+    return [tuple(sorted(k)) for k in kept]
+
+
+@pytest.mark.parametrize("per_group,max_accuracy", [(1, 0.6), (3, 0.55), (2, 0.65)])
+def test_selection_removes_what_a_naive_search_after_every_removal_removes(per_group, max_accuracy):
+    rng = random.Random(per_group)
+    groups = (skewed_groups(rng, 60, HN_SWAP, (0.85, 0.7, 0.5)) + skewed_groups(rng, 50, HN_NEG, (0.6, 0.95, 0.2))
+              + skewed_groups(rng, 50, HN_COMP, (0.9, 0.1, 0.75)))
+    groups += [CandidateGroup(HN_NEG, g.source_scores,
+                              tuple((c[0], g.source_scores[1], c[2]) for c in g.candidate_scores))
+               for g in groups[60:90]]  # ties under scorer 1
+    assert select_negatives(groups, per_group=per_group, max_accuracy=max_accuracy).kept == \
+        naive_selection(groups, per_group, max_accuracy)
 
 
 def test_selection_is_deterministic_and_validates_its_input():

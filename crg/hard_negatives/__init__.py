@@ -42,6 +42,9 @@ Where things live (each module imports only those above it):
   their realisation as text (:func:`realize_words`), the structural queries the generators share;
 * :mod:`~crg.hard_negatives.vocabulary` -- :class:`AtomVocabulary`, the corpus's nouns and colours;
 * :mod:`~crg.hard_negatives.generators` -- the four edits and :func:`caption_hard_negatives`;
+* :mod:`~crg.hard_negatives.refine` -- adversarial refinement against blind text scorers
+  (:func:`select_negatives`, :class:`LanguageModelScorer`, :class:`GrammarScorer`), switched on by
+  ``HardNegativeConfig(refinement=RefinementConfig())``;
 * :mod:`~crg.hard_negatives.corpus` -- :func:`corpus_hard_negatives` and :class:`GenerationReport`.
 """
 

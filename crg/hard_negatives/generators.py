@@ -146,7 +146,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                     {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
                 continue
             y_start = y.determiner if y.determiner is not None else y.run_start
-            between = " ".join(toks[i].word.lower() for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS)
+            between = " ".join(toks[i].word.lower() for i in range(x.head + 1, y_start)
+                               if toks[i].tag not in PUNCT_TAGS)
             if modifiers(x) == modifiers(y) and (between in SYMMETRIC_CONNECTIVES or not between):
                 continue
             proper = tx.tag in ("NNP", "NNPS")

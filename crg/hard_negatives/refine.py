@@ -179,7 +179,8 @@ def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_ac
         raise ValueError(f"max_accuracy must be in [0.5, 1], got {max_accuracy}")
     sizes = {len(g.source_scores) for g in groups} | {len(c) for g in groups for c in g.candidate_scores}
     if len(sizes) > 1 or 0 in sizes:
-        raise ValueError(f"every source and candidate needs the same number (>= 1) of scores, got sizes {sorted(sizes)}")
+        raise ValueError(f"every source and candidate needs the same number (>= 1) of scores, "
+                         f"got sizes {sorted(sizes)}")
     num_scorers = sizes.pop() if sizes else 1
     kept: list[list[int]] = [[] for _ in groups]
     stats = {}
@@ -217,42 +218,61 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
         pool.extend((gpos, c) for c in order[:per_group])
     # step 4: remove pairs until every scorer's accuracy is within [1 - max_accuracy, max_accuracy]
     alive = set(pool)
-    total = [sum(wins(gaps[gp][c])[j] for gp, c in pool) for j in S]
+    item_wins = {it: wins(gaps[it[0]][it[1]]) for it in pool}
+    total = [sum(w[j] for w in item_wins.values()) for j in S]
 
     def violated():  # (scorer, +1): prefers the caption too often; (scorer, -1): the negative
         n = len(alive)
-        return [(j, 1) for j in S if total[j] > max_accuracy * n + 1e-9] + \
-            [(j, -1) for j in S if total[j] < (1.0 - max_accuracy) * n - 1e-9]
+        return tuple([(j, 1) for j in S if total[j] > max_accuracy * n + 1e-9] +
+                     [(j, -1) for j in S if total[j] < (1.0 - max_accuracy) * n - 1e-9])
+
+    # A pair's place in the removal order depends only on the pair and the set of violated bounds,
+    # of which there are at most 3^S: each set's order is sorted once, and a cursor walks it. Pairs
+    # only ever leave, and a pass removes consecutive alive pairs from its order's front, so the
+    # first alive pair at or after the cursor is what re-sorting the alive pairs would put first.
+    orders: dict[tuple, list] = {}
+    cursor: dict[tuple, int] = {}
+
+    def removal_order(bad):
+        """The pairs whose removal eases a bound in ``bad``: most eased, fewest worsened, most obvious first."""
+        keyed = []
+        for it in pool:
+            w, gap = item_wins[it], gaps[it[0]][it[1]]
+            helps = [j for j, d in bad if w[j] == (1.0 if d > 0 else 0.0)]
+            if not helps:
+                continue
+            hurts = sum(w[j] == (0.0 if d > 0 else 1.0) for j, d in bad)
+            strength = sum(abs(gap[j]) / scale[j] for j in helps)
+            keyed.append(((-len(helps), hurts, -strength, groups[it[0]].key, it), it))
+        keyed.sort(key=lambda x: x[0])
+        return [it for _, it in keyed]
 
     bad = violated()
     while bad and alive:
-        def effect(item, bad=bad):
-            """(violations its removal eases, violations it worsens, how obvious the pair is there)"""
-            w, gap = wins(gaps[item[0]][item[1]]), gaps[item[0]][item[1]]
-            helps = [(j, d) for j, d in bad if w[j] == (1.0 if d > 0 else 0.0)]
-            hurts = sum(w[j] == (0.0 if d > 0 else 1.0) for j, d in bad)
-            return len(helps), hurts, sum(abs(gap[j]) / scale[j] for j, _ in helps)
-
-        scored = [(effect(it), it) for it in alive]
-        order = [it for (helps, hurts, strength), it in sorted(
-            ((e, it) for e, it in scored if e[0] > 0),
-            key=lambda x: (-x[0][0], x[0][1], -x[0][2], groups[x[1][0]].key, x[1]))]
-        if not order:
-            break  # only ties (or pairs that would make it worse) left: nothing removal can fix
-        for gp, c in order:
-            w = wins(gaps[gp][c])
-            alive.discard((gp, c))
+        if bad not in orders:
+            orders[bad], cursor[bad] = removal_order(bad), 0
+        current, changed = bad, False
+        order, k = orders[current], cursor[current]
+        while k < len(order):
+            it = order[k]
+            k += 1
+            if it not in alive:
+                continue
+            alive.discard(it)
             for j in S:
-                total[j] -= w[j]
+                total[j] -= item_wins[it][j]
             now = violated()
             if now != bad:
-                bad = now
+                bad, changed = now, True
                 break
-        else:
-            bad = violated()
+        cursor[current] = k
+        if not changed:
+            break  # only ties (or pairs that would make it worse) left: nothing removal can fix
     for gp, c in alive:
         kept[members[gp]].append(c)
     kept_wins = [wins(gaps[gp][c]) for gp, c in alive]
     return TypeSelection(groups=len(groups), candidates=sum(len(gg) for gg in gaps), kept=len(alive),
-                         groups_kept=len({gp for gp, _ in alive}), accuracy_candidates=_accuracy(all_wins, num_scorers),
-                         accuracy_first=_accuracy(first_wins, num_scorers), accuracy_kept=_accuracy(kept_wins, num_scorers))
+                         groups_kept=len({gp for gp, _ in alive}),
+                         accuracy_candidates=_accuracy(all_wins, num_scorers),
+                         accuracy_first=_accuracy(first_wins, num_scorers),
+                         accuracy_kept=_accuracy(kept_wins, num_scorers))
