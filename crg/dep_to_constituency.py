@@ -607,6 +607,8 @@ class _Converter:
             self.parenthetical = True
         if role == "ROOT" and item.tree.label() == "S" and self._participial_caption(v, subj, auxes):
             item = self._as_noun_phrase_caption(item)
+        if role == "ROOT" and item.tree.label() == "S":
+            item.tree = _interposed_reporting_clause(item.tree)
         return item
 
     def _split_at_separator(self, item: _Item, sep: int) -> _Item:
@@ -695,6 +697,34 @@ def _agrees(first_word: Tree, noun_tag: str) -> bool:
     if word in _SINGULAR_DETERMINERS:
         return noun_tag not in ("NNS", "NNPS")
     return not (word in _PLURAL_DETERMINERS and noun_tag in ("NN", "NNP"))
+
+
+def _interposed_reporting_clause(tree: Tree) -> Tree:
+    """``By doing so , Mr. Maxwell said , the funds grew .``: spaCy makes ``said`` the root and the
+    clause after it its complement; PTB reads the words between commas as a parenthetical inside
+    that clause, ``(S (PP By doing so) (PRN , (NP Mr. Maxwell) (VP said) ,) (NP the funds) (VP grew) .)``.
+    Applies when the reporting verb's VP holds only the verb, a comma and the complement clause, and
+    something other than the subject comes before the subject's comma.
+
+    >>> t = Tree.fromstring("(S (ADVP (RB Now)) (, ,) (NP (PRP he)) (VP (VBD said) (, ,) (SBAR (S (NP (NNS prices)) "
+    ...                     "(VP (VBD fell))))) (. .))")
+    >>> print(_interposed_reporting_clause(t).pformat(margin=1000))
+    (S (ADVP (RB Now)) (PRN (, ,) (NP (PRP he)) (VP (VBD said)) (, ,)) (NP (NNS prices)) (VP (VBD fell)) (. .))
+    """
+    kids = list(tree)
+    labels = [c.label() for c in kids]
+    if "VP" not in labels:
+        return tree
+    k = labels.index("VP")
+    vp = kids[k]
+    if k < 3 or labels[k - 1] != "NP" or labels[k - 2] != "," or len(vp) != 3 or not _preterminal(vp[0]) or \
+            not vp[0].label().startswith("VB") or vp[1].label() != ",":
+        return tree
+    clause = vp[2][0] if vp[2].label() == "SBAR" and len(vp[2]) == 1 else vp[2]
+    if clause.label() != "S" or "VP" not in [c.label() for c in clause]:
+        return tree
+    parenthetical = Tree("PRN", [kids[k - 2], kids[k - 1], Tree("VP", [vp[0]]), vp[1]])
+    return Tree(tree.label(), kids[:k - 2] + [parenthetical] + list(clause) + kids[k + 1:])
 
 
 def _base_np(node: Tree) -> bool:

@@ -599,3 +599,25 @@ def test_relative_clauses_each_with_a_wh_word_coordinate_as_sbars():
         here RB 8 advmod""")
     assert tree == ("(TOP (NP (NP (DT a) (NN woman)) (SBAR (SBAR (WHNP (WP who)) (S (VP (VBZ owns) "
                     "(NP (DT a) (NN shop))))) (CC and) (SBAR (WHNP (WP who)) (S (VP (VBZ lives) (ADVP (RB here))))))))")
+
+
+def test_a_reporting_clause_between_commas_inside_its_complement_is_a_parenthetical():
+    tree = convert("""
+        Now RB 3 advmod
+        , , 3 punct
+        he PRP 3 nsubj
+        said VBD 3 ROOT
+        , , 3 punct
+        prices NNS 6 nsubj
+        fell VBD 3 ccomp
+        . . 3 punct""")
+    assert tree == ("(TOP (S (ADVP (RB Now)) (PRN (, ,) (NP (PRP he)) (VP (VBD said)) (, ,)) (NP (NNS prices)) "
+                    "(VP (VBD fell)) (. .)))")
+    # with nothing before the subject it stays the main clause
+    plain = convert("""
+        he PRP 1 nsubj
+        said VBD 1 ROOT
+        , , 1 punct
+        prices NNS 4 nsubj
+        fell VBD 1 ccomp""")
+    assert plain.startswith("(TOP (S (NP (PRP he)) (VP (VBD said) (, ,) ")
