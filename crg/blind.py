@@ -7,9 +7,10 @@ plausibility and grammar, not vision. Two such scorers live here, both pure Pyth
 * :class:`TrigramLM`: an interpolated Kneser-Ney trigram language model trained on captions. A
   caption's score is its mean log-probability per token (the end of sentence included), so a longer
   caption is not penalised for its length alone. Its probabilities are those of nltk's
-  ``nltk.lm.KneserNeyInterpolated`` (the reference the tests compare with, see :class:`TrigramLM`), computed from count tables
-  built once: nltk's own model takes 90-105 s to fit on Flickr30K's 145,000 training captions and far
-  longer to score with Kneser-Ney (its continuation counts scan every trigram per query).
+  ``nltk.lm.KneserNeyInterpolated`` (the reference the tests compare with, see :class:`TrigramLM`),
+  computed from count tables built once: nltk's own model takes 90-105 s to fit on Flickr30K's
+  145,000 training captions and far longer to score with Kneser-Ney (its continuation counts scan
+  every trigram per query).
 * :func:`grammar_violations` / :class:`GrammarLengthHeuristic`: a few agreement rules on POS tags
   (a singular determiner before a plural noun, a number before a singular one, "is" after a plural
   subject, a word repeated) and, between captions with as many violations, the shorter one.

@@ -72,7 +72,8 @@ def test_grammar_rules_and_the_heuristic():
     cases = {(("a", "DT"), ("dogs", "NNS")): 1, (("two", "CD"), ("dog", "NN")): 1,
              (("two", "CD"), ("big", "JJ"), ("dogs", "NNS")): 0, (("dogs", "NNS"), ("is", "VBZ")): 1,
              (("the", "DT"), ("dog", "NN"), ("are", "VBP")): 1, (("the", "DT"), ("the", "DT"), ("dog", "NN")): 1,
-             (("a", "DT"), ("tennis", "NN"), ("rackets", "NNS")): 1, (("a", "DT"), ("tennis", "NN"), ("racket", "NN")): 0}
+             (("a", "DT"), ("tennis", "NN"), ("rackets", "NNS")): 1,
+             (("a", "DT"), ("tennis", "NN"), ("racket", "NN")): 0}
     for tagged, n in cases.items():
         assert grammar_violations(tagged) == n, tagged
     h = GrammarLengthHeuristic()

@@ -94,7 +94,10 @@ def test_atom_replaces_one_noun_by_a_corpus_noun_of_the_same_tag_never_itself_or
 
 def test_negation_forms():
     cfg = HardNegativeConfig(types=(HN_NEG,))
-    texts = lambda name: {n.text for n in caption_hard_negatives(parsed(name), config=cfg).negatives}
+
+    def texts(name):
+        return {n.text for n in caption_hard_negatives(parsed(name), config=cfg).negatives}
+
     assert texts("chase") == {"There is no dog chasing a cat."}
     assert texts("guitar") == {"The man does not play guitar."}
     assert texts("not") == {"A woman is smiling."}
@@ -128,7 +131,10 @@ def test_corpus_generation_is_deterministic_counts_skips_and_never_returns_the_s
     cfg = HardNegativeConfig(min_atom_count=1, per_type=3)
     negs, report = corpus_hard_negatives(items, vocabulary=vocab, config=cfg)
     again, _ = corpus_hard_negatives(list(reversed(items)), vocabulary=vocab, config=cfg)
-    key = lambda n: json.dumps(n.to_dict(), sort_keys=True)
+
+    def key(n):
+        return json.dumps(n.to_dict(), sort_keys=True)
+
     assert sorted(map(key, negs)) == sorted(map(key, again))  # caption order changes nothing
     others = [sorted(map(key, corpus_hard_negatives(items, vocabulary=vocab, config=HardNegativeConfig(
         min_atom_count=1, per_type=3, seed=s))[0])) for s in (1, 2, 3)]
