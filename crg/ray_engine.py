@@ -53,7 +53,8 @@ class RayConfig:
     address: str | None = None   # None: start a local Ray on this machine; "auto" or "HOST:PORT": join a cluster
     workers: int | None = None   # parser actors (one CPU each); None: every CPU of the cluster
     shards: int | None = None    # None: about shard_size captions per shard
-    shard_size: int = 5000       # small enough that a retried shard costs little, large enough to amortize a task
+    shard_size: int = 1000       # small: work for every actor on small corpora and little to redo on a retry;
+    # large enough that a shard's fixed costs (two files, one task, one cache transaction) stay small
     object_store_mb: int = 256   # a local Ray's object store: only shard numbers and summaries travel through it
     crash_once_in_shard: int | None = None  # fault injection (tests): the actor on this shard dies halfway, once
 
@@ -92,6 +93,7 @@ class EngineReport:
     shards_run: int = 0
     bad_shard_files: list[str] = field(default_factory=list)   # FILE:LINE: ... of every bad shard file or line met
     pipeline_seconds: float = 0.0   # from submitting the shards to merging the last one
+    merge_seconds: float = 0.0      # of which the driver spent reading and merging shard files
     captions_per_second: float = 0.0
     driver_peak_rss_mb: float = 0.0
     worker_peak_rss_mb: float = 0.0  # the largest actor's peak
@@ -207,8 +209,10 @@ def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, 
     def merge_ready() -> None:
         nonlocal merged, worker_peak
         while merged < len(specs) and specs[merged].index in finished:
+            merge_started = time.perf_counter()
             summary = merge_shard(specs[merged], keys[merged], builder, report, dump=dump,
                                   problems=engine.bad_shard_files)
+            engine.merge_seconds += time.perf_counter() - merge_started
             if summary is not None:
                 worker_peak = max(worker_peak, summary.peak_rss_mb)
             merged += 1
@@ -258,6 +262,7 @@ def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, 
     graph = builder.build(meta=graph_meta(corpus, parser_key, report, prune_probability, prune_seed))
     report.extract_seconds = time.perf_counter() - build_started
     engine.pipeline_seconds = round(time.perf_counter() - pipeline_started, 2)
+    engine.merge_seconds = round(engine.merge_seconds, 2)
     engine.captions_per_second = round(report.num_captions / max(time.perf_counter() - started, 1e-9), 1)
     engine.driver_peak_rss_mb = peak_rss_mb()
     engine.worker_peak_rss_mb = worker_peak

@@ -51,7 +51,7 @@ def build_argparser() -> argparse.ArgumentParser:
                     help="--engine ray: join the Ray cluster at auto or HOST:PORT (default: start a local Ray on "
                          "this machine's cores)")
     ap.add_argument("--shards", type=int, default=None,
-                    help="--engine ray: cut the corpus into N shards (default: about 5,000 captions each)")
+                    help="--engine ray: cut the corpus into N shards (default: about 1,000 captions each)")
     ap.add_argument("--max-words", type=int, default=100, help="skip captions longer than this")
     ap.add_argument("--show", type=int, default=0, metavar="N",
                     help="print the concept trees of the first N captions")

@@ -1,0 +1,154 @@
+"""The CRG build at scale through Ray: captions/s with 1 and 2 workers, peak memory, graph size on disk.
+
+    python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale                  # 250K / 500K / 1M captions
+    python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --sizes 20000 --one-worker-sizes 20000
+
+The corpus is made of **distinct** captions of a generated world (features/world: scenes sampled as the
+world generator samples them, captions only, no features), each caption kept the first time it occurs,
+images taken in order until the largest size is reached; each size is a prefix of it. The world's captions
+are parsed by the world's own grammar (``--parser world``): spaCy is about 2-3x slower per caption, so real
+captions' throughput is measured separately (``--spacy-captions``, on Flickr30K) and the projection in
+docs/scale.md combines the two.
+
+Each build runs ``python -m crg.cli.build_crg --engine ray`` in its own process (a fresh local Ray; peak
+memory is per process) and reads its ``stats.json``. One JSON line per build goes to ``OUT/results.jsonl``
+as it finishes (a killed benchmark keeps what it measured), and a table is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from features.world.generate import _image_rng, image_id
+from features.world.grammar import sample_captions
+from features.world.scene import WorldConfig, sample_scene
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def write_world_corpus(path: Path, num_captions: int, *, seed: int = 0) -> dict:
+    """A JSONL corpus of ``num_captions`` distinct world captions (first occurrences only), all ``train``."""
+    cfg = WorldConfig()
+    seen: set[str] = set()
+    images = 0
+    with open(path, "w", encoding="utf-8") as f:
+        while len(seen) < num_captions:
+            rng = _image_rng(seed, images)
+            scene = sample_scene(rng, cfg, image_id(seed, images))
+            new = [c for c, _ in sample_captions(rng, scene, 5) if c not in seen][:num_captions - len(seen)]
+            seen.update(new)
+            if new:
+                f.write(json.dumps({"image_id": scene.image_id, "split": "train", "captions": new}) + "\n")
+            images += 1
+    return {"images_sampled": images, "captions": len(seen)}
+
+
+def prefix_corpus(src: Path, dst: Path, num_captions: int) -> int:
+    """The first images of ``src`` holding ``num_captions`` captions (the last image cut to fit)."""
+    n = 0
+    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as out:
+        for line in f:
+            rec = json.loads(line)
+            rec["captions"] = rec["captions"][:num_captions - n]
+            n += len(rec["captions"])
+            out.write(json.dumps(rec) + "\n")
+            if n >= num_captions:
+                break
+    return n
+
+
+def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | None) -> dict:
+    cmd = [sys.executable, "-m", "crg.cli.build_crg", "--captions", str(corpus), "--out", str(out), "--engine", "ray",
+           "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite"]
+    if shards:
+        cmd += ["--shards", str(shards)]
+    started = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"build failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}")
+    wall = time.perf_counter() - started
+    stats = json.loads((out / "stats.json").read_text())
+    eng = stats["engine"]
+    graph_bytes = sum((out / name).stat().st_size for name in ("graph.npz", "graph_strings.json.gz"))
+    shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob("*.out.jsonl.gz"))
+    return {
+        "captions": stats["report"]["num_captions"], "workers": workers, "parser": parser,
+        "wall_seconds": round(wall, 1),
+        "captions_per_second": round(stats["report"]["num_captions"] / wall, 1),
+        "pipeline_seconds": eng["pipeline_seconds"], "merge_seconds": eng["merge_seconds"],
+        "pipeline_captions_per_second": round(stats["report"]["num_captions"] / eng["pipeline_seconds"], 1),
+        "driver_peak_rss_mb": eng["driver_peak_rss_mb"], "worker_peak_rss_mb": eng["worker_peak_rss_mb"],
+        "num_shards": eng["num_shards"], "num_concepts": stats["num_concepts"],
+        "num_predicates": stats["num_predicates"], "num_derivations": stats["num_derivations"],
+        "graph_mb": round(graph_bytes / 2**20, 1), "shard_outputs_mb": round(shard_bytes / 2**20, 1),
+        "skipped": stats["report"]["num_skipped"], "load_average": os.getloadavg()[0],
+    }
+
+
+def f30k_slice(dst: Path, num_captions: int) -> Path:
+    src = SHARED / "flickr30k" / "captions.jsonl"
+    if not src.exists():
+        raise SystemExit(f"--spacy-captions needs {src} (the shared Flickr30K captions)")
+    prefix_corpus(src, dst, num_captions)
+    return dst
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="work folder (corpora, graphs, results.jsonl)")
+    ap.add_argument("--sizes", default="250000,500000,1000000", help="captions per build, with --workers 2")
+    ap.add_argument("--one-worker-sizes", default="250000", help="sizes also built with 1 worker (scaling)")
+    ap.add_argument("--spacy-captions", type=int, default=0,
+                    help="also build this many Flickr30K captions with spaCy, 1 and 2 workers (0: skip)")
+    ap.add_argument("--shard-size", type=int, default=10_000, help="captions per shard")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s)
+    one = sorted(int(s) for s in args.one_worker_sizes.split(",") if s)
+    full = out / f"world_{max(sizes + one)}.jsonl"
+    if not full.exists():
+        started = time.perf_counter()
+        info = write_world_corpus(full, max(sizes + one))
+        print(f"world corpus: {info} in {time.perf_counter() - started:.0f} s", flush=True)
+    plan = [(n, 1) for n in one] + [(n, 2) for n in sizes]
+    plan.sort(key=lambda p: (p[0], p[1]))
+    results = out / "results.jsonl"
+    rows = []
+    if args.spacy_captions:
+        corpus = f30k_slice(out / f"f30k_{args.spacy_captions}.jsonl", args.spacy_captions)
+        for workers in (1, 2):
+            shards = max(4, -(-args.spacy_captions // 2500))
+            rows.append(run_build(corpus, out / f"f30k_w{workers}", workers, "spacy", shards))
+            print(json.dumps(rows[-1]), flush=True)
+            with open(results, "a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
+    for n, workers in plan:
+        corpus = out / f"world_{n}.jsonl"
+        if not corpus.exists():
+            prefix_corpus(full, corpus, n)
+        rows.append(run_build(corpus, out / f"world_{n}_w{workers}", workers, "world", -(-n // args.shard_size)))
+        print(json.dumps(rows[-1]), flush=True)
+        with open(results, "a") as f:
+            f.write(json.dumps(rows[-1]) + "\n")
+    cols = ("parser", "captions", "workers", "wall_seconds", "captions_per_second", "pipeline_captions_per_second",
+            "merge_seconds", "driver_peak_rss_mb", "worker_peak_rss_mb", "num_concepts", "graph_mb")
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(str(r[c]) for c in cols))
+    by = {(r["parser"], r["captions"], r["workers"]): r for r in rows}
+    for (parser, n, w), r in by.items():
+        if w == 2 and (parser, n, 1) in by:
+            eff = r["pipeline_captions_per_second"] / (2 * by[(parser, n, 1)]["pipeline_captions_per_second"])
+            print(f"scaling efficiency, {parser} {n} captions, 2 workers vs 1: {eff:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
