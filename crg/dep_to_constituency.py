@@ -63,6 +63,8 @@ BARE_ROLES = NP_INTERNAL_ROLES | {"case", "aux", "auxpass", "neg", "cc", "punct"
 # Roles of a prenominal amount ("a $ 5 million account", "a 10 % stake"), an ADJP in PTB.
 MEASURE_ROLES = frozenset({"compound", "nmod", "amod", "npadvmod", "nummod", "nn"})
 GLUE_PUNCT = frozenset({",", ":"})
+# Dependents moved from an inverted parenthetical reporting verb to the clause it interrupts.
+_LIFTED_DEPS = frozenset({"advmod", "cc", "punct", "npadvmod", "prep", "advcl"})
 # Label of a temporary node whose children are spliced into the parent (flat compounds).
 _SPLICE = "@SPLICE"
 
@@ -168,8 +170,27 @@ class _Converter:
                 if self.deps[c] == "appos" and any(self.deps[g] in ("cc", "conj") for g in self.children[c]) \
                         and not (self.tags[h] in ("NNP", "NNPS") and self.tags[c] in ("NN", "NNS")):
                     self.deps[c] = "conj"
+        self._lift_from_inverted_parentheticals()
         self.question = bool(self.words) and self.words[-1] == "?"
         self.parenthetical = False  # a clause was marked |PRN (see _mark_parentheticals)
+
+    def _lift_from_inverted_parentheticals(self) -> None:
+        """``And , says Mr. Dinkins , he did n't know``: spaCy hangs the words before an inverted
+        reporting verb (``And``, ``Now``) on that verb; they belong to the clause it interrupts, whose
+        head is the reporting verb's head. Moves them there, so the parenthetical is just
+        ``(SINV (VP says) (NP Mr. Dinkins))``."""
+        for v, h in enumerate(self.heads):
+            if self.deps[v] != "parataxis" or h <= v or not any(
+                    self.deps[c] in ("nsubj", "nsubjpass") and c > v for c in self.children[v]):
+                continue
+            left = [c for c in self.children[v] if c < v]
+            if not left or any(self.deps[c] not in _LIFTED_DEPS for c in left):
+                continue
+            for c in left:
+                self.heads[c] = h
+                self.children[v].remove(c)
+                self.children[h].append(c)
+            self.children[h].sort()
 
     # ------------------------------------------------------------------ small helpers
     def leaf(self, i: int) -> Tree:
@@ -780,6 +801,9 @@ def _mark_parentheticals(tree: Tree) -> Tree:
             if left is not None and right is not None and inner:
                 tree[lo:hi] = [Tree("PRN", [left, Tree(child.label(), inner), right])]
                 k = lo
+            elif left is None and right is not None and inner and k > 0 and _preterminal(tree[k - 1]) and \
+                    tree[k - 1].label() == "''":  # `` Now , '' (PRN (SINV says Mr. X) ,): quoted speech before it
+                tree[lo:hi] = [Tree("PRN", [Tree(child.label(), inner), right])]
         elif k + 2 < len(tree) and _opener(child) and not _preterminal(tree[k + 1]) and _closes(tree[k + 2], child):
             tree[k:k + 3] = [Tree("PRN", tree[k:k + 3])]
         k += 1

@@ -621,3 +621,30 @@ def test_a_reporting_clause_between_commas_inside_its_complement_is_a_parentheti
         prices NNS 4 nsubj
         fell VBD 1 ccomp""")
     assert plain.startswith("(TOP (S (NP (PRP he)) (VP (VBD said) (, ,) ")
+
+
+def test_words_before_an_inverted_reporting_verb_belong_to_the_interrupted_clause():
+    tree = convert("""
+        And CC 2 cc
+        , , 2 punct
+        says VBZ 7 parataxis
+        Mr. NNP 4 compound
+        Dinkins NNP 2 nsubj
+        , , 7 punct
+        he PRP 7 nsubj
+        left VBD 7 ROOT
+        . . 7 punct""")
+    assert tree == ("(TOP (S (CC And) (PRN (, ,) (SINV (VP (VBZ says)) (NP (NNP Mr.) (NNP Dinkins))) (, ,)) "
+                    "(NP (PRP he)) (VP (VBD left)) (. .)))")
+    quoted = convert("""
+        `` `` 4 punct
+        Now RB 4 advmod
+        , , 4 punct
+        '' '' 4 punct
+        says VBZ 9 parataxis
+        Mr. NNP 6 compound
+        Dinkins NNP 4 nsubj
+        , , 4 punct
+        prices NNS 9 nsubj
+        fell VBD 9 ROOT""")
+    assert "('' '') (PRN (SINV (VP (VBZ says)) (NP (NNP Mr.) (NNP Dinkins))) (, ,)) (NP (NNS prices))" in quoted
