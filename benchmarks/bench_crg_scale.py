@@ -71,7 +71,9 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
     started = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        raise SystemExit(f"build failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}")
+        print(f"build failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}", file=sys.stderr, flush=True)
+        return {"captions": num_captions_of(corpus), "workers": workers, "parser": parser,
+                "error": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else f"exit {res.returncode}"}
     wall = time.perf_counter() - started
     stats = json.loads((out / "stats.json").read_text())
     eng = stats["engine"]
@@ -89,6 +91,11 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
         "graph_mb": round(graph_bytes / 2**20, 1), "shard_outputs_mb": round(shard_bytes / 2**20, 1),
         "skipped": stats["report"]["num_skipped"], "load_average": os.getloadavg()[0],
     }
+
+
+def num_captions_of(corpus: Path) -> int:
+    with open(corpus, encoding="utf-8") as f:
+        return sum(len(json.loads(line)["captions"]) for line in f)
 
 
 def f30k_slice(dst: Path, num_captions: int) -> Path:
@@ -120,16 +127,22 @@ def main(argv=None) -> int:
     plan = [(n, 1) for n in one] + [(n, 2) for n in sizes]
     plan.sort(key=lambda p: (p[0], p[1]))
     results = out / "results.jsonl"
-    rows = []
+    rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    rows = [r for r in rows if "error" not in r]   # a rerun keeps what was measured, tries the failures again
+    done = {(r["parser"], r["captions"], r["workers"]) for r in rows}
     if args.spacy_captions:
         corpus = f30k_slice(out / f"f30k_{args.spacy_captions}.jsonl", args.spacy_captions)
         for workers in (1, 2):
+            if ("spacy", args.spacy_captions, workers) in done:
+                continue
             shards = max(4, -(-args.spacy_captions // 2500))
             rows.append(run_build(corpus, out / f"f30k_w{workers}", workers, "spacy", shards))
             print(json.dumps(rows[-1]), flush=True)
             with open(results, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
     for n, workers in plan:
+        if ("world", n, workers) in done:
+            continue
         corpus = out / f"world_{n}.jsonl"
         if not corpus.exists():
             prefix_corpus(full, corpus, n)
@@ -141,8 +154,8 @@ def main(argv=None) -> int:
             "merge_seconds", "driver_peak_rss_mb", "worker_peak_rss_mb", "num_concepts", "graph_mb")
     print(" | ".join(cols))
     for r in rows:
-        print(" | ".join(str(r[c]) for c in cols))
-    by = {(r["parser"], r["captions"], r["workers"]): r for r in rows}
+        print(" | ".join(str(r.get(c, r.get("error", ""))) for c in cols))
+    by = {(r["parser"], r["captions"], r["workers"]): r for r in rows if "error" not in r}
     for (parser, n, w), r in by.items():
         if w == 2 and (parser, n, 1) in by:
             eff = r["pipeline_captions_per_second"] / (2 * by[(parser, n, 1)]["pipeline_captions_per_second"])

@@ -156,6 +156,8 @@ def _start_ray(config: RayConfig, progress: bool) -> bool:
     if config.address:
         ray.init(address=config.address, include_dashboard=False, log_to_driver=progress)
     else:
+        # a loaded machine can take longer than Ray's default 60 s to start its raylet (seen on 2 busy cores)
+        os.environ.setdefault("RAY_raylet_start_wait_time_s", "600")
         ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=config.object_store_mb * 2**20,
                  include_dashboard=False, log_to_driver=progress)
     return True
