@@ -145,11 +145,10 @@ def world_env(tmp_path_factory):
     env = {"GC_DATA_DIR": str(root / "data"), "GC_CACHE_DIR": str(root / "cache")}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    from composer.study.runner import STUDY_WORLD_SPLIT
     from features.catalog import resolve_dataset
 
-    spec = resolve_dataset("world", world_images=PROFILES["smoke"].world_images, world_split=STUDY_WORLD_SPLIT,
-                           progress=False)
+    spec = resolve_dataset("world", world_images=PROFILES["smoke"].world_images,
+                           world_split=PROFILES["smoke"].world_split, progress=False)
     yield root, env, spec
     for k, v in old.items():
         if v is None:
@@ -188,14 +187,15 @@ def test_pruned_crg_is_cached_under_its_own_key_and_deterministic(world_env):
     from crg.graph_cache import get_or_build_graph
 
     _, _, spec = world_env
-    plain, _ = get_or_build_graph(spec.captions, ["test"], progress=False)
-    pruned, hit = get_or_build_graph(spec.captions, ["test"], progress=False, prune_probability=0.5, prune_seed=3)
-    again, hit_again = get_or_build_graph(spec.captions, ["test"], progress=False, prune_probability=0.5, prune_seed=3)
+    plain, _ = get_or_build_graph(spec.captions, list(spec.test_splits), progress=False)
+    test = list(spec.test_splits)
+    pruned, hit = get_or_build_graph(spec.captions, test, progress=False, prune_probability=0.5, prune_seed=3)
+    again, hit_again = get_or_build_graph(spec.captions, test, progress=False, prune_probability=0.5, prune_seed=3)
     assert not hit and hit_again and pruned.meta["prune"] == {"probability": 0.5, "seed": 3}
     assert list(pruned.concept_texts) == list(again.concept_texts)
     assert pruned.num_captions == plain.num_captions  # the same captions, with less structure
     assert list(pruned.predicate_templates) != list(plain.predicate_templates)
-    assert "prune" not in plain.meta and get_or_build_graph(spec.captions, ["test"], progress=False)[1]
+    assert "prune" not in plain.meta and get_or_build_graph(spec.captions, list(spec.test_splits), progress=False)[1]
 
 
 # ---------------------------------------------------------------------------- end to end
@@ -280,3 +280,49 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
     assert not (out / "runs" / "vse" / "seed0" / "error.txt").exists()
     with pytest.raises(SystemExit, match="other settings"):  # another profile in the same directory is refused
         module.check_study_dir(out, PROFILES["cpu"], "world")
+
+
+# ---------------------------------------------------------------------------- the recipe search
+def test_every_model_gets_the_same_search_budget_and_the_choice_is_the_best_val_point():
+    from composer.study.config import MODELS
+    from composer.study.search import GRID_SIZE, SearchPoint, choose_recipes, named_lr, search_grid
+
+    for model in MODELS:
+        grid = search_grid(model)
+        assert len(grid) == GRID_SIZE and len({p.name for p in grid}) == GRID_SIZE, model
+        assert any(abs(p.lr - named_lr(model)) / named_lr(model) < 0.05 for p in grid), model  # the named lr is in
+    pts = search_grid("flat")
+    val = {p.name: float(k) for k, p in enumerate(pts)}
+    val[pts[-1].name] = float("nan")  # a diverged run is never chosen
+    val[pts[2].name] = val[pts[3].name] = 99.0  # a tie: the first in grid order
+    assert choose_recipes(val, pts)["flat"]["run"] == pts[2].name
+    assert choose_recipes({}, pts) == {}
+    assert SearchPoint("clip", 1e-3).overrides() == {"lr": 1e-3}
+
+
+def test_smoke_search_then_study_trains_from_the_chosen_recipes(world_env, run_study):
+    root, _, _ = world_env
+    module, call = run_study
+    out = root / "search_study"
+    call("--data", "world", "--out", str(out), "--profile", "smoke", "--runs", "composer,clip", "--search")
+    chosen = json.loads((out / "search" / "chosen.json").read_text())["chosen"]
+    assert set(chosen) == {"composer", "clip"}
+    searched = sorted((out / "search" / "runs").glob("*/seed0/result.json"))
+    assert len(searched) == 12
+    for path in searched:  # search runs are scored on val only
+        r = json.loads(path.read_text())
+        assert "R@1" in r["val"] and "test" not in r and "systematic" not in r
+    results = json.loads((out / "results.json").read_text())
+    composer = results["runs"]["composer"]["seeds"]["0"]["config"]
+    assert composer["optim"]["lr"] == chosen["composer"]["lr"]
+    assert composer["model"]["text"]["initializer_range"] == chosen["composer"]["init"]
+    assert results["runs"]["clip"]["seeds"]["0"]["config"]["il"]["lr"] == chosen["clip"]["lr"]
+    assert results["study"]["recipes"] == chosen
+    assert "Recipe search" in (out / "tables.md").read_text()
+    systematic = results["runs"]["composer"]["seeds"]["0"]["systematic"]
+    assert "R@1" in systematic and "ceilings" in systematic and "gap" in results["runs"]["composer"]["seeds"]["0"]
+    # the same search again (nothing changes) is fine; a study run on other recipes is refused
+    call("--data", "world", "--out", str(out), "--profile", "smoke", "--runs", "composer,clip", "--search-only")
+    (out / "search" / "chosen.json").write_text(json.dumps({"chosen": {}}))
+    with pytest.raises(SystemExit, match="trained before this recipe search"):
+        call("--data", "world", "--out", str(out), "--profile", "smoke", "--runs", "composer,clip", "--search-only")

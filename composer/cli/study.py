@@ -48,6 +48,10 @@ def build_argparser() -> argparse.ArgumentParser:
                                              "(default: the profile's; cpu: 2)")
     ap.add_argument("--accelerator", default="auto", help="Lightning accelerator (default: GPU when available)")
     ap.add_argument("--precision", default=None, help="Lightning precision (default: bf16-mixed on GPU, 32 on CPU)")
+    ap.add_argument("--search", action="store_true",
+                    help="first the equal-budget recipe search (each model: 6 runs on seed 0, scored on val; "
+                         "composer/study/search.py) into OUT/search, then the study from the chosen recipes")
+    ap.add_argument("--search-only", action="store_true", help="the recipe search alone (OUT/search, tables/search.md)")
     ap.add_argument("--keep-weights", action="store_true", help="save each run's model weights (model.pt)")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild results.json, tables and plots from the finished runs; train nothing")
@@ -81,9 +85,13 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(profile.seeds)
     runs = study_runs(profile, [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None)
     results = run_study(args.out, profile, seeds=seeds, runs=runs, jobs=jobs, report_only=args.report_only,
-                        worker=args.worker, worker_argv=argv, data=args.data,
+                        worker=args.worker, worker_argv=argv, data=args.data, search=args.search,
+                        search_only=args.search_only,
                         options=StudyOptions(args.accelerator, args.precision, args.keep_weights))
     if results is None:  # a worker
+        return 0
+    if "search" in results:  # --search-only
+        logger.info("wrote %s/search/chosen.json and tables/search.md", args.out)
         return 0
     st = results["study"]
     logger.info("wrote %s/results.json: %d runs, %s; training %.0f s, evaluation %.0f s in all", args.out,

@@ -53,10 +53,12 @@ __all__ = [
 ]
 
 
-# test: in-domain sentence retrieval; mcd: the MCD split; windows: Figure 4's splits along compound
-# divergence; phrase: phrase-to-image retrieval; hard_negatives: I2T / T2I / group accuracy
-EVALS = ("test", "mcd", "windows", "phrase", "hard_negatives")
-_ALL = EVALS
+# test: sentence retrieval on every test set (in-domain; on the compositional world also systematic and
+# productivity, with twin groups); mcd: the MCD split; windows: Figure 4's splits along compound divergence;
+# phrase: phrase-to-image retrieval; hard_negatives: I2T / T2I / group accuracy; val: the validation split
+# (the recipe search's criterion, never a reported result)
+EVALS = ("test", "mcd", "windows", "phrase", "hard_negatives", "val")
+_ALL = EVALS[:-1]
 _RETRIEVAL = ("test", "mcd")
 
 
@@ -202,7 +204,11 @@ class StudyProfile:
 
     Attributes:
         name: ``smoke`` | ``cpu`` | ``gpu``.
-        world_images: the generated world's size (80 / 10 / 10 % train / val / test).
+        world_images: the generated world's size.
+        world_split: ``compositional`` (the default world: held-out colour-shape and relation compounds,
+            60 / 10 / 10 / 10 / 10 % train / val / test_iid / test_systematic / test_productivity; every run
+            is scored on the three test sets and their twin groups) or ``random`` (the i.i.d. 80 / 10 / 10 %
+            split the study's first results were measured on).
         max_regions: detector regions per image (plus the global one); None = the named config's (14).
         presets: model -> model-size preset (``--preset``); a model missing = the named configuration's.
         schedules: ``composer`` (also the flat model: the two cross-attention models compare like for
@@ -212,7 +218,8 @@ class StudyProfile:
         clip_batch_size: the CLIP family's batch; None = the named configuration's (64).
         eval_images: in-domain test candidates (first images of the test split; all their captions).
         mcd_images: images of the MCD split and of each window (clamped to half the eligible candidates).
-        mcd_candidate_splits: where the MCD split's images come from (training is the train split).
+        mcd_candidate_splits: where the MCD split's images come from (roles: ``val``; ``test`` = every test
+            set of the world, in-domain, systematic and productivity); training is the train split.
         num_windows: Figure 4's splits, evenly spaced between the lowest and highest window divergence.
         phrases_per_caption: phrase queries per caption (paper: 5).
         hn_images: test images whose captions get hard negatives; hn_per_type: negatives per caption and
@@ -242,6 +249,7 @@ class StudyProfile:
     hn_distractors: int
     probe_steps: int
     runs: tuple[str, ...]
+    world_split: str = "compositional"
     max_regions: int | None = None
     clip_batch_size: int | None = None
     presets: dict[str, str] = field(default_factory=dict)
@@ -255,6 +263,9 @@ class StudyProfile:
     jobs: int = 1
 
     def __post_init__(self):
+        if self.world_split not in ("compositional", "random"):
+            raise ValueError(f"profile {self.name!r}: world_split must be 'compositional' or 'random', "
+                             f"got {self.world_split!r}")
         unknown = [r for r in self.runs if r not in _BY_NAME]
         if unknown:
             raise ValueError(f"profile {self.name!r}: unknown runs {unknown}; known: {sorted(_BY_NAME)}")
@@ -270,7 +281,7 @@ class StudyProfile:
                              f"got {bad or (self.probe_steps, self.hn_distractors)}")
 
     def evals_for(self, run: StudyRun) -> tuple[str, ...]:
-        return EVALS if self.full_eval else run.evals
+        return _ALL if self.full_eval and "val" not in run.evals else run.evals
 
     def seeds_for(self, run: StudyRun, seeds: list[int] | tuple[int, ...]) -> list[int]:
         """The seeds ``run`` trains on, of the study's ``seeds``.
@@ -337,7 +348,8 @@ _CPU = StudyProfile(
                "vse": Schedule(steps=150, warmup_fraction=0.1, decay_fractions=())},
     # 40 + 2 x (10 + 40) + 30 = 170 steps at batch 64: the small preset's 6:1:5:6 proportions, shortened
     il={"t_warm": 40, "t_distill": 10, "t_interact": 40, "generations": 2, "t_extend": 30, "lr_warmup_steps": 10},
-    eval_images=30, mcd_images=30, num_windows=3, phrases_per_caption=2, hn_images=20, hn_per_type=1,
+    # 50 images x 250 captions per test set (in-domain, systematic, productivity; chance R@1 2%)
+    eval_images=50, mcd_images=50, num_windows=3, phrases_per_caption=2, hn_images=20, hn_per_type=1,
     hn_distractors=3, probe_steps=20, runs=_COMPOSER_TABLES, ablation_seeds=1, jobs=2)
 
 _GPU = StudyProfile(
@@ -358,9 +370,10 @@ _GPU = StudyProfile(
 PROFILES: dict[str, StudyProfile] = {p.name: p for p in (_SMOKE, _CPU, _GPU)}
 
 CPU_BUDGET_NOTE = ("cpu profile: 6 main models x 3 seeds and 11 COMPOSER ablations x 1 seed on the 3,000-image "
-                   "world, two at a time; COMPOSER and the flat model 300 steps at batch 32, VSE 150 steps at "
-                   "batch 64, the CLIP family 170 steps at batch 64; "
-                   "30-image evaluation sets (150 captions), 3 compound-divergence windows")
+                   "compositional world, two at a time; COMPOSER and the flat model 300 steps at batch 32, VSE 150 "
+                   "steps at batch 64, the CLIP family 170 steps at batch 64; "
+                   "50-image evaluation sets (250 captions) for in-domain, systematic, productivity and MCD, "
+                   "3 compound-divergence windows")
 
 
 def get_profile(name: str, **overrides: Any) -> StudyProfile:

@@ -30,16 +30,13 @@ from composer.config import plain_config
 from composer.factory import CLIP_FAMILY
 from composer.provenance import git_sha, hardware_description
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
-from composer.training.fit import TrainerOptions, deterministic_algorithms, training_precision
+from composer.training.fit import TrainerOptions, add_twin_scores, deterministic_algorithms, training_precision
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 
 __all__ = ["EvalSets", "StudyOptions", "run_study", "build_run", "check_study_dir", "collect", "prepare_data",
            "run_recipe", "run_tasks",
            "spawn_workers", "train_and_evaluate", "write_report"]
 
-# The study still runs on the world's random (i.i.d.) split, as when its results were measured; issue 17
-# moves it to the compositional splits (held-out compounds, docs/world.md).
-STUDY_WORLD_SPLIT = "random"
 # Every graph of the study is built as its training graphs are: from the world's gold trees (docs/world.md,
 # "Gold parses"), also the MCD split's, the hard negatives' and the windows'.
 STUDY_PARSER = "world"
@@ -116,13 +113,13 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset
 
-    spec = resolve_dataset("world", world_images=profile.world_images, world_split=STUDY_WORLD_SPLIT)
+    spec = resolve_dataset("world", world_images=profile.world_images, world_split=profile.world_split)
     logger.info("world: %s", spec.world_dir)
-    mcd = make_mcd_windows(profile, spec.captions, out / "data" / "mcd")
+    mcd = make_mcd_windows(profile, spec, out / "data" / "mcd")
 
     test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), parser_name=STUDY_PARSER, progress=False)
     dm = CompositionDataModule(DataConfig(data="world", world_images=profile.world_images,
-                                          world_split=STUDY_WORLD_SPLIT))
+                                          world_split=profile.world_split))
     dm.graphs["test"] = test_graph
     chosen = dm.eval_set("test", profile.hn_images)
     captions = [(test_graph.image_ids[test_graph.caption_image[c]], test_graph.caption_texts[c])
@@ -143,17 +140,34 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     return data
 
 
-def make_mcd_windows(profile: StudyProfile, captions: Path, out: Path) -> dict:
+def candidate_split_labels(spec, roles) -> list[str]:
+    """The world's split labels of the MCD candidates' roles: ``val``, ``test`` (every test set: on the
+    compositional world ``test_iid``, ``test_systematic`` and ``test_productivity``) or a label itself.
+
+    >>> from features.catalog import DatasetSpec
+    >>> spec = DatasetSpec("world", Path("c"), None, test_splits=("test_iid",),
+    ...                    eval_splits={"systematic": ("test_systematic",)})
+    >>> candidate_split_labels(spec, ("val", "test"))
+    ['val', 'test_iid', 'test_systematic']
+    """
+    by_role = {"train": list(spec.train_splits), "val": list(spec.val_splits),
+               "test": [*spec.test_splits, *(s for labels in spec.eval_splits.values() for s in labels)]}
+    return list(dict.fromkeys(label for role in roles for label in by_role.get(role, [role])))
+
+
+def make_mcd_windows(profile: StudyProfile, spec, out: Path) -> dict:
     """The MCD split of the candidate splits against the train split, and ``num_windows`` windows
     evenly spaced over the range of window divergences, with the project's splitter."""
     from crg.graph_cache import get_or_build_graph
     from crg.mcd import MCDConfig, build_problem, eligible_candidates, make_mcd_split
     from crg.mcd_output import GraphOptions, MCDCorpora, write_mcd_split
 
+    captions = spec.captions
+    candidate_splits = candidate_split_labels(spec, profile.mcd_candidate_splits)
     graph, _ = get_or_build_graph(captions, None, parser_name=STUDY_PARSER, progress=False)
     splits = np.asarray(graph.image_splits, dtype=object)
-    problem = build_problem(graph, graph, train_images=np.flatnonzero(splits == "train"),
-                            candidate_images=np.flatnonzero(np.isin(splits, list(profile.mcd_candidate_splits))))
+    problem = build_problem(graph, graph, train_images=np.flatnonzero(np.isin(splits, list(spec.train_splits))),
+                            candidate_images=np.flatnonzero(np.isin(splits, candidate_splits)))
     eligible = int(eligible_candidates(problem)[0].sum())
     k = min(profile.mcd_images, max(1, eligible // 2))  # leave room to slide the window
     if k < profile.mcd_images:
@@ -162,7 +176,7 @@ def make_mcd_windows(profile: StudyProfile, captions: Path, out: Path) -> dict:
     scan = make_mcd_split(problem, MCDConfig(num_images=k, num_random=0))
     lo, hi = float(scan.curve_compound.min()), float(scan.curve_compound.max())
     targets = sorted({round(float(t), 3) for t in np.linspace(lo, hi, profile.num_windows)})
-    written = write_mcd_split(MCDCorpora(str(captions), ["train"], candidate_splits=list(profile.mcd_candidate_splits)),
+    written = write_mcd_split(MCDCorpora(str(captions), list(spec.train_splits), candidate_splits=candidate_splits),
                               out, MCDConfig(num_images=k, target_cds=tuple(targets), progress=False),
                               graphs=GraphOptions(parser_name=STUDY_PARSER, progress=False))
     report = written.report
@@ -194,7 +208,7 @@ class EvalSets:
 
         return self._get(("test", prune, max_regions), lambda: load_eval_data(
             "world", split="test", eval_images=self.profile.eval_images, max_regions=max_regions,
-            world_images=self.profile.world_images, world_split=STUDY_WORLD_SPLIT, prune_probability=prune,
+            world_images=self.profile.world_images, world_split=self.profile.world_split, prune_probability=prune,
             prune_seed=PRUNE_SEED))
 
     def split_file(self, path: str, num_images: int, prune: float, max_regions: int):
@@ -217,8 +231,9 @@ class EvalSets:
 def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecipe:
     """The world's named recipe of ``run.model`` with the profile's sizes and the run's typed overrides."""
     overrides = dict(run.overrides)
-    sizes: dict = {"seed": seed, "world_images": profile.world_images, "world_split": STUDY_WORLD_SPLIT, "eval_images": profile.eval_images,
-                   "num_workers": profile.num_workers, "prune_probability": run.prune, "prune_seed": PRUNE_SEED}
+    sizes: dict = {"seed": seed, "world_images": profile.world_images, "world_split": profile.world_split,
+                   "eval_images": profile.eval_images, "num_workers": profile.num_workers,
+                   "prune_probability": run.prune, "prune_seed": PRUNE_SEED}
     if profile.max_regions is not None:
         sizes["max_regions"] = profile.max_regions
     if run.model in profile.presets:
@@ -230,7 +245,7 @@ def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecip
         if profile.clip_batch_size is not None:
             sizes["batch_size"] = profile.clip_batch_size
         sizes["il"] = il_overrides(profile, run)  # IL's step schedule (the plain kinds: its total steps)
-    return named_recipe(run.model, "world", RecipeOverrides(**sizes, **overrides))
+    return named_recipe(run.model, "world", RecipeOverrides(**{**sizes, **overrides}))
 
 
 def build_run(run: StudyRun, seed: int, profile: StudyProfile) -> tuple:
@@ -329,9 +344,17 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
         result["eval_seconds_by"][name] = round(time.perf_counter() - t, 1)
         return value
 
-    test = sets.test(run.prune, max_regions) if ("test" in evals or "phrase" in evals) else None
-    if "test" in evals:
-        result["test"] = timed("test", lambda: sentence_retrieval(model, tok, test, device=device, max_pairs=mp))
+    if "val" in evals:  # the recipe search's criterion
+        result["val"] = timed("val", lambda: flat_report(module.evaluate_retrieval(
+            dm.retrieval_set("val", profile.eval_images))))
+    if "test" in evals:  # in-domain test and, on the compositional world, the systematic and productivity sets
+        for role in ("test", *dm.eval_roles()):
+            result[role] = timed(role, lambda: flat_report(module.evaluate_retrieval(
+                dm.retrieval_set(role, profile.eval_images))))
+        if "systematic" in result:  # the generalisation gap, per seed (the tables average it)
+            result["gap"] = generalisation_gap(result["test"], result["systematic"])
+        timed("twins", lambda: add_twin_scores(module, dm, result))
+    test = sets.test(run.prune, max_regions) if "phrase" in evals else None
     mcd = sets.data["mcd"]
     if "mcd" in evals:
         split = sets.split_file(mcd["path"], mcd["num_images"], run.prune, max_regions)
@@ -366,6 +389,26 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     if options.keep_weights:
         torch.save(model.state_dict(), out / "model.pt")
     return result
+
+
+def flat_report(report: dict) -> dict:
+    """A retrieval report with its sentence R@K at the top level (where the study's tables read them)."""
+    report = dict(report)
+    return {**report.pop("sentence"), **report}
+
+
+def generalisation_gap(in_domain: dict, systematic: dict) -> dict:
+    """In-domain minus systematic recall, per metric both have (single-positive R@K, any-true R@K).
+
+    >>> generalisation_gap({"R@1": 20.0, "sentence_any_true": {"R@1": 30.0}},
+    ...                    {"R@1": 12.5, "sentence_any_true": {"R@1": 25.0}})
+    {'R@1': 7.5, 'any_true_R@1': 5.0}
+    """
+    gap = {k: round(in_domain[k] - systematic[k], 3) for k in in_domain
+           if k.startswith("R@") and isinstance(systematic.get(k), (int, float))}
+    a, b = in_domain.get("sentence_any_true") or {}, systematic.get("sentence_any_true") or {}
+    gap.update({f"any_true_{k}": round(a[k] - b[k], 3) for k in a if k in b})
+    return gap
 
 
 # ---------------------------------------------------------------------------- scheduling
@@ -460,7 +503,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
         "complete": not missing, "missing": [f"{r} seed {s}" for r, s in missing], "failed": failed,
         "git": git_sha(),
         "hardware": hardware_description(), "torch": torch.__version__, "python": platform.python_version(),
-        "data": data,
+        "data": data, "recipes": read_chosen(out),
         "wall_seconds": {**previous.get("wall_seconds", {}),
                          time.strftime("%Y-%m-%dT%H:%M:%S"): round(wall_seconds, 1)},
         "train_seconds_total": round(sum(r.get("train_seconds", 0) for e in found.values()
@@ -478,7 +521,9 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
             f"{data['mcd']['compound_divergence']} (random sets {data['mcd']['random_compound_divergence']}).\n"
             + (f"\nMissing: {', '.join(results['study']['missing'])}.\n" if missing else "")
             + "".join(f"\nFailed: {k}: {v}\n" for k, v in failed.items()) + "\n")
-    write_text_atomic(out / "tables.md", head + "\n".join(tables.values()))
+    search_table = out / TABLES_DIR / "search.md"  # written by the recipe search, when there was one
+    extra = [search_table.read_text()] if search_table.exists() else []
+    write_text_atomic(out / "tables.md", head + "\n".join([*tables.values(), *extra]))
     plots = out / PLOTS_DIR
     plots.mkdir(parents=True, exist_ok=True)
     plot_r1_vs_cd(results, FIGURE4_ROWS, plots / PLOT_FILES[0])
@@ -490,14 +535,91 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
 
 
 
+# ---------------------------------------------------------------------------- the recipe search
+SEARCH_DIR = "search"
+
+
+def search_points(runs: list[StudyRun]) -> list:
+    """The search grid of every model the runs train (composer/study/search.py)."""
+    from composer.study.search import search_grid
+
+    return [p for model in dict.fromkeys(r.model for r in runs) for p in search_grid(model)]
+
+
+def search_tasks(points: list) -> list[tuple[StudyRun, int]]:
+    from composer.study.search import SEARCH_SEED
+
+    return [(StudyRun(p.name, p.model, f"{p.model} ({p.setting})", overrides=p.overrides(), evals=("val",)),
+             SEARCH_SEED) for p in points]
+
+
+def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int], profile: StudyProfile) -> dict:
+    """Read the search's results, choose each model's recipe, write ``search/chosen.json`` and the table.
+
+    Refuses when a study run has already finished in ``out`` with the named recipes: a study is trained
+    from one recipe per model, not a mix.
+    """
+    from composer.study.search import choose_recipes, render_search_table
+
+    val_r1, chance = {}, None
+    for p in points:
+        path = out / SEARCH_DIR / "runs" / p.name / "seed0" / "result.json"
+        if path.exists():
+            val = json.loads(path.read_text())["val"]
+            val_r1[p.name], chance = val["R@1"], val.get("chance_R@1")
+        else:
+            val_r1[p.name] = None
+    chosen = choose_recipes(val_r1, points)
+    path = out / SEARCH_DIR / "chosen.json"
+    if not path.exists() or json.loads(path.read_text())["chosen"] != chosen:
+        finished = [run.name for run in runs for s in seeds if (run_dir(out, run, s) / "result.json").exists()]
+        if finished:
+            raise SystemExit(f"error: {out} holds study runs trained before this recipe search ({finished[:3]} ...); "
+                             f"search in a new --out, or delete {out / 'runs'}")
+    write_json_atomic(path, {"chosen": chosen, "val_R@1": val_r1, "profile": profile.name})
+    write_text_atomic(out / TABLES_DIR / "search.md", render_search_table(val_r1, points, chosen, chance))
+    missing = sorted({p.model for p in points} - set(chosen))
+    if missing:
+        raise SystemExit(f"error: the recipe search has no finished run for {missing}; rerun to retry")
+    logger.info("recipe search: %s", {m: c["run"] for m, c in chosen.items()})
+    return chosen
+
+
+def read_chosen(out: Path) -> dict | None:
+    """The recipes the search chose for this study directory, or None (the named recipes)."""
+    path = out / SEARCH_DIR / "chosen.json"
+    return json.loads(path.read_text())["chosen"] if path.exists() else None
+
+
+def with_chosen_recipe(run: StudyRun, chosen: dict | None) -> StudyRun:
+    """``run`` starting from its model's chosen recipe; the run's own overrides (an ablation's) win.
+
+    >>> run = StudyRun("composer_mlp", "composer", "x", overrides={"model": {"modulator": "mlp"}})
+    >>> with_chosen_recipe(run, {"composer": {"lr": 1e-3, "init": 0.02}}).overrides
+    {'lr': 0.001, 'model': {'text': {'initializer_range': 0.02}, 'modulator': 'mlp'}}
+    """
+    from composer.study.search import chosen_overrides
+
+    if not chosen or run.model not in chosen:
+        return run
+    base = chosen_overrides(chosen[run.model])
+    merged = {**base, **run.overrides}
+    if "model" in base and "model" in run.overrides:
+        merged["model"] = {**base["model"], **run.overrides["model"]}
+    return replace(run, overrides=merged)
+
+
 # ---------------------------------------------------------------------------- the whole study
 def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs: list[StudyRun],
               options: StudyOptions, jobs: int = 1, report_only: bool = False, worker: bool = False,
-              worker_argv: list[str] | None = None, data: str = "world") -> dict | None:
+              worker_argv: list[str] | None = None, data: str = "world", search: bool = False,
+              search_only: bool = False) -> dict | None:
     """Prepare the data, train and evaluate every unfinished (run, seed), and write the report.
 
-    ``jobs > 1`` trains in that many worker processes (``gc-study ... --worker`` with ``worker_argv``);
-    a worker (``worker=True``) only trains and returns None. Returns ``results.json``'s content.
+    ``search`` first runs the equal-budget recipe search (composer/study/search.py) into ``out/search``
+    and trains the study from the chosen recipes (``search_only``: the search alone). ``jobs > 1`` trains
+    in that many worker processes (``gc-study ... --worker`` with ``worker_argv``); a worker
+    (``worker=True``) only trains and returns None. Returns ``results.json``'s content.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -511,6 +633,21 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
             claim.unlink()
     study_data = prepare_data(profile, out) if not worker else json.loads(
         (out / "data" / "study_data.json").read_text())
+    if search or search_only:
+        points = search_points(runs)
+        if worker and search_only:
+            run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)
+            return None
+        if not worker:
+            if not report_only:
+                if jobs > 1:
+                    spawn_workers(jobs, [a for a in (worker_argv or []) if a != "--search"] + ["--search-only"])
+                else:
+                    run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)
+            chosen = finish_search(out, points, runs, seeds, profile)
+            if search_only:
+                return {"search": chosen}
+    runs = [with_chosen_recipe(r, read_chosen(out)) for r in runs]
     # seed-major: one seed of everything first
     tasks = [(run, seed) for seed in seeds for run in runs if seed in profile.seeds_for(run, seeds)]
     if not report_only:

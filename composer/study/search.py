@@ -1,0 +1,137 @@
+"""The equal-budget recipe search: every model of the study gets the same number of training runs at the
+profile's step and example budget, and keeps the recipe with the best validation R@1.
+
+Why: a comparison is only fair when no model runs on a recipe tuned for another (the flat model sat at
+chance on COMPOSER's schedule, issue 17). Each main model gets :data:`GRID_SIZE` configurations:
+
+* models whose text side follows BERT's initialisation (``composer``, ``flat``, ``vse``): the learning rate
+  at 1/3, 1 and 3 times the named recipe's, times the init std of every randomly initialised weight
+  (``initializer_range``) at BERT's 0.02 and the ``small`` preset's 0.1;
+* the CLIP family (``clip``, ``codebook_clip``, ``il_clip``): its init is CLIP's width-scaled scheme (std
+  ``width ** -0.5``, no free scale), so its six runs all go to the learning rate, from 1/5 to 10 times the
+  named recipe's.
+
+Every search run trains seed 0 only (the search budget is 6 runs per model, whatever the study's seeds),
+and is scored on the first ``eval_images`` images of the ``val`` split -- never a test set. The chosen
+values are written to ``OUT/search/chosen.json`` and every run of the study (the ablations too: they
+change one thing of their model's recipe) starts from them.
+
+>>> [p.name for p in search_grid("composer")][:2]
+['composer_lr1.7e-04_init0.02', 'composer_lr1.7e-04_init0.1']
+>>> len(search_grid("il_clip")) == len(search_grid("vse")) == GRID_SIZE
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from composer.factory import CLIP_FAMILY
+
+__all__ = ["GRID_SIZE", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides", "named_lr",
+           "render_search_table", "search_grid"]
+
+GRID_SIZE = 6
+SEARCH_SEED = 0
+LR_FACTORS = (1 / 3, 1.0, 3.0)                       # x the named recipe's, for the BERT-style models
+INIT_STDS = (0.02, 0.1)                              # BERT's initializer_range; the small preset's
+CLIP_LR_FACTORS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)    # x the named recipe's, for the CLIP family
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    """One configuration of the search: a model, its learning rate and (BERT-style models) its init std."""
+
+    model: str
+    lr: float
+    init: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The run's name and folder (``composer_lr1.7e-04_init0.02``)."""
+        init = "" if self.init is None else f"_init{self.init:g}"
+        return f"{self.model}_lr{self.lr:.1e}{init}"
+
+    @property
+    def setting(self) -> str:
+        """What the point sets, for tables (``lr 1.7e-04, init 0.02``)."""
+        return f"lr {self.lr:.1e}" + ("" if self.init is None else f", init {self.init:g}")
+
+    def overrides(self) -> dict[str, Any]:
+        """:class:`composer.training.recipes.RecipeOverrides` fields of this point."""
+        out: dict[str, Any] = {"lr": self.lr}
+        if self.init is not None:
+            out["model"] = {"text": {"initializer_range": self.init}}
+        return out
+
+
+def named_lr(model: str) -> float:
+    """The learning rate of ``model``'s named ``world`` recipe (the grid's centre)."""
+    from composer.training.recipes import RecipeOverrides, named_recipe
+
+    recipe = named_recipe(model, "world", RecipeOverrides())
+    return recipe.il.lr if recipe.il is not None else recipe.optim.lr
+
+
+def search_grid(model: str) -> list[SearchPoint]:
+    """The :data:`GRID_SIZE` configurations ``model`` is trained with (module docstring)."""
+    base = named_lr(model)
+    if model in CLIP_FAMILY:
+        return [SearchPoint(model, _round(base * f)) for f in CLIP_LR_FACTORS]
+    return [SearchPoint(model, _round(base * f), init) for f in LR_FACTORS for init in INIT_STDS]
+
+
+def _round(x: float) -> float:
+    """Two significant digits, so names and configs read cleanly (1.7e-04, not 1.6666e-04)."""
+    return float(f"{x:.1e}")
+
+
+def choose_recipes(val_r1: Mapping[str, float | None], points: list[SearchPoint]) -> dict[str, dict]:
+    """Per model, the point with the highest validation R@1 (the first in grid order on a tie; a point that
+    failed or has no result is never chosen), as ``{model: {"lr", "init", "val_R@1", "run"}}``.
+
+    >>> pts = [SearchPoint("vse", 1e-3, 0.02), SearchPoint("vse", 3e-3, 0.02), SearchPoint("clip", 5e-4)]
+    >>> choose_recipes({pts[0].name: 10.0, pts[1].name: 12.0, pts[2].name: None}, pts)
+    {'vse': {'lr': 0.003, 'init': 0.02, 'val_R@1': 12.0, 'run': 'vse_lr3.0e-03_init0.02'}}
+    """
+    best: dict[str, tuple[float, SearchPoint]] = {}
+    for p in points:
+        r1 = val_r1.get(p.name)
+        if r1 is None or not math.isfinite(r1):
+            continue
+        if p.model not in best or r1 > best[p.model][0]:
+            best[p.model] = (r1, p)
+    return {m: {"lr": p.lr, "init": p.init, "val_R@1": r1, "run": p.name} for m, (r1, p) in best.items()}
+
+
+def chosen_overrides(chosen: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`composer.training.recipes.RecipeOverrides` fields of a chosen recipe (``choose_recipes``'s value)."""
+    return SearchPoint("", chosen["lr"], chosen.get("init")).overrides()
+
+
+def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchPoint], chosen: Mapping[str, dict],
+                        chance: float | None = None) -> str:
+    """The search as Markdown: one line per model, one column per configuration, the chosen one in bold."""
+    lines = ["### Recipe search: validation sentence R@1 of each configuration (seed 0)", ""]
+    by_model: dict[str, list[SearchPoint]] = {}
+    for p in points:
+        by_model.setdefault(p.model, []).append(p)
+    lines += ["| model | " + " | ".join(f"config {k + 1}" for k in range(GRID_SIZE)) + " | chosen |",
+              "|---|" + "---|" * (GRID_SIZE + 1)]
+    for model, pts in by_model.items():
+        cells = []
+        for p in pts:
+            r1 = val_r1.get(p.name)
+            text = f"{p.setting}: " + ("failed" if r1 is None else f"{r1:.1f}")
+            cells.append(f"**{text}**" if chosen.get(model, {}).get("run") == p.name else text)
+        cells += [""] * (GRID_SIZE - len(cells))
+        pick = chosen.get(model)
+        setting = next((p.setting for p in pts if pick and p.name == pick["run"]), "–")
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {setting} |")
+    lines += ["", "Each model: the same number of runs at the profile's steps and batch; lr = learning rate, init = "
+              "the std of every randomly initialised weight (BERT-style models; the CLIP family uses CLIP's "
+              "width-scaled init). Scored on the val split only." + (f" Chance R@1: {chance:.1f}." if chance else "")]
+    return "\n".join(lines) + "\n"
