@@ -10,9 +10,10 @@ are parsed by the world's own grammar (``--parser world``): spaCy is about 2-3x 
 captions' throughput is measured separately (``--spacy-captions``, on Flickr30K) and the projection in
 docs/scale.md combines the two.
 
-Each build runs ``python -m crg.cli.build_crg --engine ray`` in its own process (a fresh local Ray; peak
-memory is per process) and reads its ``stats.json``. One JSON line per build goes to ``OUT/results.jsonl``
-as it finishes (a killed benchmark keeps what it measured), and a table is printed at the end.
+The benchmark starts one local Ray (2 CPUs); each build runs ``python -m crg.cli.build_crg --engine ray
+--address ...`` in its own process, joining it as a cluster job would (so peak memory is per build: the
+driver's, and the largest of its new actors'), and reads its ``stats.json``. One JSON line per build goes
+to ``OUT/results.jsonl`` as it finishes (a rerun keeps what was measured), and a table is printed at the end.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ def prefix_corpus(src: Path, dst: Path, num_captions: int) -> int:
     return n
 
 
-def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | None) -> dict:
+def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | None, address: str) -> dict:
     cmd = [sys.executable, "-m", "crg.cli.build_crg", "--captions", str(corpus), "--out", str(out), "--engine", "ray",
-           "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite"]
+           "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite", "--address", address]
     if shards:
         cmd += ["--shards", str(shards)]
     started = time.perf_counter()
@@ -130,13 +131,19 @@ def main(argv=None) -> int:
     rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     rows = [r for r in rows if "error" not in r]   # a rerun keeps what was measured, tries the failures again
     done = {(r["parser"], r["captions"], r["workers"]) for r in rows}
+    import ray
+
+    from crg.ray_engine import start_local_ray
+
+    start_local_ray(2)  # one local Ray for every build: its start-up (slow on a busy machine) is not measured
+    address = ray.get_runtime_context().gcs_address
     if args.spacy_captions:
         corpus = f30k_slice(out / f"f30k_{args.spacy_captions}.jsonl", args.spacy_captions)
         for workers in (1, 2):
             if ("spacy", args.spacy_captions, workers) in done:
                 continue
             shards = max(4, -(-args.spacy_captions // 2500))
-            rows.append(run_build(corpus, out / f"f30k_w{workers}", workers, "spacy", shards))
+            rows.append(run_build(corpus, out / f"f30k_w{workers}", workers, "spacy", shards, address))
             print(json.dumps(rows[-1]), flush=True)
             with open(results, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
@@ -146,7 +153,8 @@ def main(argv=None) -> int:
         corpus = out / f"world_{n}.jsonl"
         if not corpus.exists():
             prefix_corpus(full, corpus, n)
-        rows.append(run_build(corpus, out / f"world_{n}_w{workers}", workers, "world", -(-n // args.shard_size)))
+        rows.append(run_build(corpus, out / f"world_{n}_w{workers}", workers, "world", -(-n // args.shard_size),
+                              address))
         print(json.dumps(rows[-1]), flush=True)
         with open(results, "a") as f:
             f.write(json.dumps(rows[-1]) + "\n")

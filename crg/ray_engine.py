@@ -41,7 +41,7 @@ from crg.shards import (
     output_path, peak_rss_mb, plan_shards, write_shard_input,
 )
 
-__all__ = ["RayConfig", "ParserSpec", "EngineReport", "RayBuild", "build_crg_ray"]
+__all__ = ["RayConfig", "ParserSpec", "EngineReport", "RayBuild", "build_crg_ray", "start_local_ray"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,12 +155,27 @@ def _start_ray(config: RayConfig, progress: bool) -> bool:
         return False
     if config.address:
         ray.init(address=config.address, include_dashboard=False, log_to_driver=progress)
-    else:
-        # a loaded machine can take longer than Ray's default 60 s to start its raylet (seen on 2 busy cores)
-        os.environ.setdefault("RAY_raylet_start_wait_time_s", "600")
-        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=config.object_store_mb * 2**20,
-                 include_dashboard=False, log_to_driver=progress)
+        return True
+    start_local_ray(os.cpu_count() or 1, object_store_mb=config.object_store_mb, log_to_driver=progress)
     return True
+
+
+def start_local_ray(num_cpus: int, *, object_store_mb: int = 256, log_to_driver: bool = False,
+                    attempts: int = 4) -> None:
+    """``ray.init`` of a local Ray, tried again when its raylet does not register in time: Ray waits 30 s,
+    a fixed limit, which a busy machine can miss (seen on 2 cores at load 12)."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(num_cpus=num_cpus, object_store_memory=object_store_mb * 2**20, include_dashboard=False,
+                     log_to_driver=log_to_driver)
+            return
+        except Exception as err:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(err) or attempt == attempts:
+                raise
+            logger.warning("local Ray did not start in time (attempt %d of %d); trying again", attempt, attempts)
+            ray.shutdown()
 
 
 def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, config: RayConfig | None = None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 
 import numpy as np
 import pytest
@@ -147,8 +146,9 @@ def test_plan_shards_covers_every_caption_once():
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray", reason="the [distributed] extra (ray[data]) is not installed")
-    os.environ.setdefault("RAY_raylet_start_wait_time_s", "600")  # a busy CI machine starts Ray slowly
-    ray.init(num_cpus=2, object_store_memory=128 * 2**20, include_dashboard=False, log_to_driver=False)
+    from crg.ray_engine import start_local_ray
+
+    start_local_ray(2, object_store_mb=128)  # retries when a busy machine starts Ray too slowly
     yield ray
     ray.shutdown()
 
