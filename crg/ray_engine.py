@@ -163,7 +163,8 @@ def _start_ray(config: RayConfig, progress: bool) -> bool:
 def start_local_ray(num_cpus: int, *, object_store_mb: int = 256, log_to_driver: bool = False,
                     attempts: int = 4) -> None:
     """``ray.init`` of a local Ray, tried again when its raylet does not register in time: Ray waits 30 s,
-    a fixed limit, which a busy machine can miss (seen on 2 cores at load 12)."""
+    a fixed limit, which a busy machine can miss (seen on 2 cores at load 12). Some helper processes of a
+    failed start (dashboard, log monitor) outlive ``ray.shutdown``; they are this process' children."""
     import ray
 
     for attempt in range(1, attempts + 1):
@@ -180,11 +181,13 @@ def start_local_ray(num_cpus: int, *, object_store_mb: int = 256, log_to_driver:
 
 def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, config: RayConfig | None = None,
                   cache_path: str | Path | None = None, dump_path: str | Path | None = None, progress: bool = True,
-                  max_words: int = 100, prune_probability: float = 0.0, prune_seed: int = 0) -> RayBuild:
+                  max_words: int = 100, prune_probability: float = 0.0, prune_seed: int = 0,
+                  parser_key: str | None = None) -> RayBuild:
     """Build the CRG of ``corpus`` through Ray; the same graph as :func:`crg.build.build_crg`.
 
     ``shard_dir`` holds the shard files (a rerun keeps the finished ones); ``cache_path`` is the SQLite parse
-    cache each actor reads and extends (``None``: no cache); ``dump_path`` writes ``captions.jsonl``.
+    cache each actor reads and extends (``None``: no cache); ``dump_path`` writes ``captions.jsonl``;
+    ``parser_key`` is the parser's :meth:`cache_key` (default: build the parser here once to read it).
     """
     import ray
 
@@ -199,7 +202,7 @@ def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, 
         specs.append(write_shard_input(shard_dir, k, [ShardCaption(i, j, images[i].image_id, t)
                                                       for i, j, t in todo[a:b]]))
     del todo
-    parser_key = parser.make().cache_key()
+    parser_key = parser_key or parser.make().cache_key()  # a caller that has the parser passes its key
     settings = {"parser": parser_key, "dump": dump_path is not None, "prune_probability": float(prune_probability),
                 "prune_seed": int(prune_seed)}
     keys = [output_key(s, settings) for s in specs]

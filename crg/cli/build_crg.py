@@ -84,7 +84,7 @@ def format_caption_tree(graph, caption: int) -> str:
     return "\n".join(lines)
 
 
-def _build_with_ray(args, corpus):
+def _build_with_ray(args, corpus, parser_key: str):
     try:
         from crg.ray_engine import ParserSpec, RayConfig, build_crg_ray
         import ray  # noqa: F401  (only to fail here, with the fix, when the extra is missing)
@@ -98,7 +98,7 @@ def _build_with_ray(args, corpus):
     build = build_crg_ray(corpus, ParserSpec(args.parser, args.parser_model), out / "shards", config=config,
                           cache_path=None if args.no_cache else (args.cache or default_cache_path()),
                           dump_path=out / "captions.jsonl" if args.dump else None, progress=not args.quiet,
-                          max_words=args.max_words)
+                          max_words=args.max_words, parser_key=parser_key)
     for problem in build.engine.bad_shard_files:
         print(f"warning: {problem}", file=sys.stderr)
     return build.graph, build.report, build.engine
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     engine = None
     if args.engine == "ray":
-        graph, report, engine = _build_with_ray(args, corpus)
+        graph, report, engine = _build_with_ray(args, corpus, parser.cache_key())
     else:
         workers = args.workers
         if workers is None:
