@@ -92,7 +92,8 @@ class EngineReport:
     shards_reused: int = 0          # complete outputs of an earlier run, kept
     shards_run: int = 0
     bad_shard_files: list[str] = field(default_factory=list)   # FILE:LINE: ... of every bad shard file or line met
-    pipeline_seconds: float = 0.0   # from submitting the shards to merging the last one
+    pipeline_seconds: float = 0.0   # from starting (or joining) Ray to merging the last shard: Ray's and the
+    # actors' start-up included
     merge_seconds: float = 0.0      # of which the driver spent reading and merging shard files
     captions_per_second: float = 0.0
     driver_peak_rss_mb: float = 0.0
@@ -281,7 +282,7 @@ def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, 
     build_started = time.perf_counter()
     graph = builder.build(meta=graph_meta(corpus, parser_key, report, prune_probability, prune_seed))
     report.extract_seconds = time.perf_counter() - build_started
-    engine.pipeline_seconds = round(time.perf_counter() - pipeline_started, 2)
+    engine.pipeline_seconds = round(report.parse_seconds, 2)
     engine.merge_seconds = round(engine.merge_seconds, 2)
     engine.captions_per_second = round(report.num_captions / max(time.perf_counter() - started, 1e-9), 1)
     engine.driver_peak_rss_mb = peak_rss_mb()
