@@ -23,10 +23,17 @@ splits of the same one, or the same images: see *held-out candidates* below):
    evaluates both ends exactly and keeps the one with the higher divergence; the report says which.
 5. **Windows.** Sliding a ``K``-image window down the ranking gives splits of decreasing divergence;
    for each requested target the window closest to it is taken (Figure 4's 16 splits).
-6. **Refine** (optional, beyond the paper): swaps of one selected image for one unselected image,
-   best pairs first from exact single-image gains computed for all images at once, each swap checked
-   exactly with incremental O(row) updates and kept only when the divergence rises (as in Shaw et
-   al.'s generator, which swaps at random and recomputes).
+6. **Bound and optimise** (beyond the paper, default): Keysers et al. require a small atom divergence, the
+   paper's ranking does not bound it. With ``max_atom_divergence`` set (default ``"auto"``,
+   :func:`resolve_atom_bound`), an annealed swap optimiser (:mod:`crg.mcd_optimize`) maximises the
+   compound divergence within the bound, restarting from the top-K and from random sets, and greedy
+   best-first swaps (:func:`refine_split`) polish the result. ``max_atom_divergence=None`` is the paper's
+   procedure (``refine`` adds the greedy swaps alone; ``anneal`` the optimiser without a bound).
+
+**Compound definitions.** ``build_problem(compounds=...)`` counts CRG templates (the paper's), templates with
+their arguments' head nouns, or a generated world's logical-form compounds (:mod:`crg.compounds`); the
+problem also carries the counts under other definitions (``report``), so every split's divergence is
+reported under each.
 
 **Held-out candidates.** A candidate that is also a training image (``in_train``, e.g. a
 within-corpus split of all of Flickr30K) leaves training when it is selected: every divergence of a
@@ -35,7 +42,8 @@ against that too (an image is skipped during selection when taking it would leav
 primitives with no training occurrence). Scoring (step 3) uses the full training distribution, as
 the paper does.
 
-Everything is deterministic for a given input and seed (stable sorts, ``numpy.random.default_rng``).
+Everything is deterministic for a given input and seed (stable sorts, ``numpy.random.default_rng``), unless
+the optimiser's wall-clock limit cuts it short.
 """
 
 from __future__ import annotations
@@ -49,21 +57,47 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from crg.compounds import TEMPLATE, SemanticAnnotations, check_definition, count_matrices, image_count_matrices
 from crg.divergence import (
     ATOM_ALPHA, COMPOUND_ALPHA, chernoff_divergence, leave_one_out_deltas, row_update_coefficients,
 )
-from crg.extract import PRIMITIVE
-from crg.graph import KIND_BITS, ConceptGraph
+from crg.graph import ConceptGraph
+from crg.mcd_optimize import AnnealConfig, AnnealStats, _SplitState, _Tracker, anneal_split  # noqa: F401 (re-export)
 
 __all__ = [
-    "RefineConfig", "MCDConfig", "MCDProblem", "TargetSplit", "RefineStats", "MCDResult",
-    "image_count_matrices", "build_problem", "eligible_candidates", "split_divergences",
-    "fill_split", "window_curve", "refine_split", "make_mcd_split", "parse_target_cds", "DIRECTIONS",
+    "RefineConfig", "MCDConfig", "MCDProblem", "TargetSplit", "RefineStats", "MCDResult", "SplitDivergences",
+    "AnnealConfig", "AnnealStats", "image_count_matrices", "build_problem", "eligible_candidates",
+    "split_divergences", "divergences_by_definition", "fill_split", "window_curve", "refine_split", "make_mcd_split",
+    "parse_target_cds", "resolve_atom_bound", "DIRECTIONS", "AUTO_ATOM_BOUND", "KEYSERS_ATOM_BOUND",
 ]
 
 logger = logging.getLogger(__name__)
 
 DIRECTIONS = ("auto", "ascending", "descending")
+AUTO_ATOM_BOUND = "auto"
+KEYSERS_ATOM_BOUND = 0.02  # Keysers et al. 2020 keep the atom divergence of their MCD splits below 0.02
+
+
+def resolve_atom_bound(bound: float | str | None, random_atom: np.ndarray) -> float | None:
+    """The bound a split's atom divergence must meet.
+
+    ``"auto"``: Keysers et al.'s 0.02, unless random same-size sets of the pool (``random_atom``, ``(R,)``)
+    already diverge more on average, as when train and candidates are different corpora: then that mean,
+    so that the split's atoms differ from training no more than a random selection's do. A number is taken
+    as given; ``None`` means no bound.
+
+    >>> resolve_atom_bound("auto", np.array([0.004, 0.006])), resolve_atom_bound("auto", np.array([0.1, 0.12]))
+    (0.02, 0.11)
+    >>> resolve_atom_bound(0.05, np.array([0.1])), resolve_atom_bound(None, np.array([0.1]))
+    (0.05, None)
+    """
+    if bound is None:
+        return None
+    if bound == AUTO_ATOM_BOUND:
+        if len(random_atom) == 0:
+            raise ValueError("the 'auto' atom bound needs random sets to compare with")
+        return max(KEYSERS_ATOM_BOUND, round(float(np.mean(random_atom)), 6))
+    return float(bound)
 
 
 # ---------------------------------------------------------------------------------------- configs
@@ -85,18 +119,24 @@ class RefineConfig:
 
 @dataclass
 class MCDConfig:
-    """How to build an MCD split. Defaults are the paper's (1,000 images, alpha 0.1 / 0.5)."""
+    """How to build an MCD split. Sizes and alphas are the paper's (1,000 images, alpha 0.1 / 0.5); the atom
+    divergence is bounded as Keysers et al. require (``max_atom_divergence=None`` is the paper's procedure)."""
 
     num_images: int = 1000           # K: images in the split (the paper: 1,000 images, 5,000 captions)
     direction: str = "auto"          # ranking direction, see the module docstring
     compound_alpha: float = COMPOUND_ALPHA
     atom_alpha: float = ATOM_ALPHA
     num_random: int = 20             # random same-size sets for the baseline
-    seed: int = 0                    # seeds the random baseline only; the MCD split needs no randomness
+    seed: int = 0                    # seeds the random baseline and the optimiser's draws
     target_cds: tuple[float, ...] = ()  # compound divergences wanted from the sliding window
     window_stride: int = 1           # window step along the ranking (all windows cost one pass anyway)
-    refine: RefineConfig | None = None
-    progress: bool = False           # a tqdm bar for the refinement
+    refine: RefineConfig | None = None  # greedy swaps alone (the unbounded paper split + refinement)
+    progress: bool = False           # tqdm bars for the optimiser
+    # the split's atom divergence at most this: a number, AUTO_ATOM_BOUND (Keysers et al.'s 0.02, or a random
+    # set's atom divergence when even those exceed it: see resolve_atom_bound) or None (unbounded, the paper)
+    max_atom_divergence: float | str | None = "auto"
+    # the annealed optimiser; None = AnnealConfig(seed=seed) whenever there is a bound. Given, it runs unbounded too
+    anneal: AnnealConfig | None = None
 
     def __post_init__(self):
         if self.num_images < 1:
@@ -109,6 +149,15 @@ class MCDConfig:
         bad = [t for t in self.target_cds if not 0.0 <= t <= 1.0]
         if bad:
             raise ValueError(f"target compound divergences must lie in [0, 1], got {bad}")
+        bound = self.max_atom_divergence
+        if bound is not None and bound != AUTO_ATOM_BOUND and not (
+                isinstance(bound, (int, float)) and 0.0 <= float(bound) <= 1.0):
+            raise ValueError(f"max_atom_divergence must be a number in [0, 1], {AUTO_ATOM_BOUND!r} or None "
+                             f"(unbounded), got {bound!r}")
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_atom_divergence is not None
 
 
 # ---------------------------------------------------------------------------------------- counts
@@ -127,6 +176,9 @@ class MCDProblem:
     candidate_compounds: sp.csr_matrix   # (N, V) compound counts per candidate image
     candidate_atoms: sp.csr_matrix       # (N, A) atom counts per candidate image
     in_train: np.ndarray                 # (N,) bool: also counted in train_*; leaves training when selected
+    definition: str = TEMPLATE           # what a compound is (crg.compounds.COMPOUND_DEFINITIONS)
+    # the same candidates counted under other definitions: divergences reported for every split, never optimised
+    reported: dict[str, "MCDProblem"] = field(default_factory=dict)
 
     def __post_init__(self):
         n = len(self.candidate_ids)
@@ -137,6 +189,10 @@ class MCDProblem:
         bad = {k: s for k, s in shapes.items() if s[0] != s[1]}
         if bad:
             raise ValueError(f"MCDProblem shapes disagree (got, expected): {bad}")
+        check_definition(self.definition)
+        for name, other in self.reported.items():
+            if other.candidate_ids != self.candidate_ids or not np.array_equal(other.in_train, self.in_train):
+                raise ValueError(f"the {name!r} counts must cover the same candidates as the {self.definition!r} ones")
 
     @property
     def num_candidates(self) -> int:
@@ -147,40 +203,21 @@ class MCDProblem:
         rows = np.asarray(rows, dtype=np.int64)
         return MCDProblem(self.compound_vocab, self.atom_vocab, self.train_compounds, self.train_atoms,
                           [self.candidate_ids[i] for i in rows], self.candidate_compounds[rows],
-                          self.candidate_atoms[rows], self.in_train[rows])
+                          self.candidate_atoms[rows], self.in_train[rows], self.definition,
+                          {name: other.subset(rows) for name, other in self.reported.items()})
 
+    @property
+    def definitions(self) -> list[str]:
+        """The definition optimised, then the reported ones."""
+        return [self.definition, *self.reported]
 
-def image_count_matrices(graph: ConceptGraph, compound_index: dict[str, int],
-                         atom_index: dict[str, int]) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """Per-image compound and atom counts of ``graph``, over vocabularies that grow as needed.
-
-    Compounds: every composition step of every caption counts its predicate once (the caption's
-    ``caption_derivs``, duplicates kept). Atoms: each primitive concept counts once per caption
-    containing it (``caption_concepts`` are distinct per caption). New templates / primitive texts are
-    appended to ``compound_index`` / ``atom_index``.
-
-    Returns:
-        ``(compounds, atoms)``: CSR matrices of shapes ``(I, len(compound_index))`` and
-        ``(I, len(atom_index))`` (sizes after this call), ``I = len(graph.image_ids)``.
-    """
-    n_img = len(graph.image_ids)
-    pred_col = np.fromiter((compound_index.setdefault(t, len(compound_index)) for t in graph.predicate_templates),
-                           dtype=np.int64, count=graph.num_predicates)
-    per_caption = np.diff(graph.caption_deriv_ptr)                                   # (N_cap,)
-    rows = np.repeat(graph.caption_image.astype(np.int64), per_caption)             # (steps,)
-    cols = pred_col[graph.deriv_predicate[graph.caption_derivs]]                      # (steps,)
-    compounds = sp.csr_matrix((np.ones(len(cols)), (rows, cols)), shape=(n_img, len(compound_index)))
-
-    prim = np.flatnonzero(graph.concept_kinds & KIND_BITS[PRIMITIVE])
-    atom_col = np.full(graph.num_concepts, -1, dtype=np.int64)
-    atom_col[prim] = [atom_index.setdefault(graph.concept_texts[c], len(atom_index)) for c in prim]
-    rows = np.repeat(graph.caption_image.astype(np.int64), np.diff(graph.caption_concept_ptr))
-    cols = atom_col[graph.caption_concepts]
-    keep = cols >= 0
-    atoms = sp.csr_matrix((np.ones(int(keep.sum())), (rows[keep], cols[keep])), shape=(n_img, len(atom_index)))
-    compounds.sum_duplicates()
-    atoms.sum_duplicates()
-    return compounds, atoms
+    def counts(self, definition: str) -> "MCDProblem":
+        """This problem's counts under ``definition`` (itself, or one of :attr:`reported`)."""
+        if definition == self.definition:
+            return self
+        if definition not in self.reported:
+            raise ValueError(f"no {definition!r} counts: this problem has {self.definitions}")
+        return self.reported[definition]
 
 
 def _pad(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
@@ -192,7 +229,8 @@ def _pad(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
 
 def build_problem(train_graph: ConceptGraph, candidate_graph: ConceptGraph, *,
                   train_images: Sequence[int] | None = None,
-                  candidate_images: Sequence[int] | None = None) -> MCDProblem:
+                  candidate_images: Sequence[int] | None = None, compounds: str = TEMPLATE,
+                  report: Sequence[str] = (), annotations: SemanticAnnotations | None = None) -> MCDProblem:
     """Count matrices for training images ``train_images`` and candidates ``candidate_images``.
 
     Args:
@@ -201,15 +239,29 @@ def build_problem(train_graph: ConceptGraph, candidate_graph: ConceptGraph, *,
             both come from one corpus: a candidate that is also a training image is then marked
             ``in_train`` and held out of training when selected.
         train_images, candidate_images: image indices into the graphs (``None`` = all images).
+        compounds: the compound definition the split is made for (:mod:`crg.compounds`; default: the CRG's
+            templates, the paper's).
+        report: further definitions counted for the report only (``MCDProblem.reported``).
+        annotations: the captions' logical-form compounds and atoms, needed for ``semantic``
+            (:func:`crg.compounds.semantic_annotations`).
     """
+    check_definition(compounds)
+    problem = _build_counts(train_graph, candidate_graph, train_images, candidate_images, compounds, annotations)
+    for name in report:
+        if check_definition(name) != compounds and name not in problem.reported:
+            problem.reported[name] = _build_counts(train_graph, candidate_graph, train_images, candidate_images,
+                                                   name, annotations)
+    return problem
+
+
+def _build_counts(train_graph: ConceptGraph, candidate_graph: ConceptGraph, train_images, candidate_images,
+                  definition: str, annotations: SemanticAnnotations | None) -> MCDProblem:
     compound_index: dict[str, int] = {}
     atom_index: dict[str, int] = {}
-    t_comp, t_atom = image_count_matrices(train_graph, compound_index, atom_index)
+    train = count_matrices(train_graph, definition, compound_index, atom_index, annotations)
     shared = candidate_graph is train_graph
-    if shared:
-        c_comp, c_atom = t_comp, t_atom
-    else:
-        c_comp, c_atom = image_count_matrices(candidate_graph, compound_index, atom_index)
+    cand = train if shared else count_matrices(candidate_graph, definition, compound_index, atom_index, annotations)
+    t_comp, t_atom, c_comp, c_atom = train.compounds, train.atoms, cand.compounds, cand.atoms
     v, a = len(compound_index), len(atom_index)
     t_rows = np.arange(len(train_graph.image_ids)) if train_images is None else np.asarray(train_images, np.int64)
     c_rows = (np.arange(len(candidate_graph.image_ids)) if candidate_images is None
@@ -221,7 +273,7 @@ def build_problem(train_graph: ConceptGraph, candidate_graph: ConceptGraph, *,
         train_atoms=np.asarray(_pad(t_atom, a)[t_rows].sum(axis=0), dtype=np.float64).ravel(),
         candidate_ids=[candidate_graph.image_ids[i] for i in c_rows],
         candidate_compounds=_pad(c_comp, v)[c_rows], candidate_atoms=_pad(c_atom, a)[c_rows],
-        in_train=in_train)
+        in_train=in_train, definition=definition)
 
 
 # ---------------------------------------------------------------------------------------- filtering
@@ -259,69 +311,20 @@ def split_divergences(problem: MCDProblem, members: Sequence[int], *, compound_a
     return out[0], out[1]
 
 
-class _Tracker:
-    """Train counts ``t`` and eval counts ``c`` of one vocabulary, with ``U = sum t^a c^(1-a)``, updated
-    in O(row nonzeros) when an image enters or leaves the split."""
+@dataclass
+class SplitDivergences:
+    """A split's compound and atom divergence from training under one compound definition."""
 
-    def __init__(self, train: np.ndarray, rows: sp.csr_matrix, in_train: np.ndarray, alpha: float):
-        self.rows, self.in_train, self.a = rows, in_train, alpha
-        self.t = train.astype(np.float64).copy()
-        self.c = np.zeros_like(self.t)
-        self.sum_t, self.sum_c = float(self.t.sum()), 0.0
-        self.u = 0.0
-
-    def resync(self) -> None:
-        """Recompute ``U`` exactly (removes the rounding accumulated by updates)."""
-        self.u = float(np.sum(self.t ** self.a * self.c ** (1.0 - self.a)))
-
-    def move(self, i: int, sign: float) -> None:
-        """``sign=+1``: image ``i`` enters the split; ``-1``: it leaves."""
-        lo, hi = self.rows.indptr[i], self.rows.indptr[i + 1]
-        idx, val = self.rows.indices[lo:hi], self.rows.data[lo:hi]
-        t_old, c_old = self.t[idx], self.c[idx]
-        c_new = c_old + sign * val
-        t_new = t_old - sign * val if self.in_train[i] else t_old
-        self.u += float(np.sum(t_new ** self.a * c_new ** (1.0 - self.a) - t_old ** self.a * c_old ** (1.0 - self.a)))
-        self.c[idx] = c_new
-        s = float(val.sum())
-        self.sum_c += sign * s
-        if self.in_train[i]:
-            self.t[idx] = t_new
-            self.sum_t -= sign * s
-
-    def divergence(self) -> float:
-        if self.sum_t <= 0 or self.sum_c <= 0 or self.u <= 0:
-            return 1.0
-        return 1.0 - self.u / (self.sum_t ** self.a * self.sum_c ** (1.0 - self.a))
+    compound: float
+    atom: float
 
 
-class _SplitState:
-    """A split under construction: compound and atom trackers and the member mask."""
-
-    def __init__(self, problem: MCDProblem, compound_alpha: float, atom_alpha: float):
-        self.problem = problem
-        self.comp = _Tracker(problem.train_compounds, problem.candidate_compounds, problem.in_train, compound_alpha)
-        self.atom = _Tracker(problem.train_atoms, problem.candidate_atoms, problem.in_train, atom_alpha)
-        self.member = np.zeros(problem.num_candidates, dtype=bool)
-
-    def can_add(self, i: int) -> bool:
-        """Adding ``i`` leaves every one of its primitives with a training occurrence."""
-        rows = self.problem.candidate_atoms
-        lo, hi = rows.indptr[i], rows.indptr[i + 1]
-        left = self.atom.t[rows.indices[lo:hi]]
-        if self.problem.in_train[i]:
-            left = left - rows.data[lo:hi]
-        return bool(np.all(left > 0))
-
-    def add(self, i: int) -> None:
-        self.comp.move(i, +1.0)
-        self.atom.move(i, +1.0)
-        self.member[i] = True
-
-    def remove(self, i: int) -> None:
-        self.comp.move(i, -1.0)
-        self.atom.move(i, -1.0)
-        self.member[i] = False
+def divergences_by_definition(problem: MCDProblem, members: Sequence[int], *, compound_alpha: float = COMPOUND_ALPHA,
+                              atom_alpha: float = ATOM_ALPHA) -> dict[str, SplitDivergences]:
+    """:func:`split_divergences` of ``members`` under every definition ``problem`` counts, the optimised one first."""
+    return {name: SplitDivergences(*split_divergences(problem.counts(name), members, compound_alpha=compound_alpha,
+                                                      atom_alpha=atom_alpha))
+            for name in problem.definitions}
 
 
 def fill_split(problem: MCDProblem, order: np.ndarray, start: int, k: int) -> np.ndarray:
@@ -523,6 +526,7 @@ class TargetSplit:
     atom_divergence: float
     members: np.ndarray                # (K,) candidate indices
     reachable: bool                    # target within the range the scan covers
+    divergences: dict[str, SplitDivergences] = field(default_factory=dict)  # per compound definition
 
 
 @dataclass
@@ -546,9 +550,15 @@ class MCDResult:
     random_compound: np.ndarray        # (R,) compound divergences of random same-size sets
     random_atom: np.ndarray            # (R,)
     targets: list[TargetSplit] = field(default_factory=list)
-    unrefined_compound_divergence: float | None = None
+    unrefined_compound_divergence: float | None = None  # the paper's top-K, before any optimiser
     refine: RefineStats | None = None
     seconds: dict = field(default_factory=dict)
+    definition: str = "template"       # the compound definition optimised
+    divergences: dict[str, SplitDivergences] = field(default_factory=dict)  # the split's, per definition
+    random_divergences: dict[str, SplitDivergences] = field(default_factory=dict)  # mean of the random sets
+    max_atom_divergence: float | None = None  # the bound in force (resolved), None = unbounded
+    unrefined_atom_divergence: float | None = None
+    anneal: AnnealStats | None = None
 
 
 def parse_target_cds(spec: str | None) -> tuple[float, ...] | str:
@@ -654,24 +664,60 @@ def make_mcd_split(problem: MCDProblem, config: MCDConfig | None = None, *,
         targets.append(TargetSplit(float(target), int(starts[w]), float(curve_c[w]), tcd, tad, members, reachable))
     seconds["targets"] = time.perf_counter() - t3
 
-    unrefined, refine_stats = None, None
-    if config.refine is not None:
-        unrefined = cd
-        refined, refine_stats = refine_split(sub, selected, config.refine, compound_alpha=ca, atom_alpha=aa,
+    t4 = time.perf_counter()
+    rng = np.random.default_rng(config.seed)
+    random_sets = [fill_split(sub, rng.permutation(len(keep)), 0, k) for _ in range(config.num_random)]
+    random_div = [divergences_by_definition(sub, members, compound_alpha=ca, atom_alpha=aa) for members in random_sets]
+    rand_c = np.array([d[sub.definition].compound for d in random_div])
+    rand_a = np.array([d[sub.definition].atom for d in random_div])
+    random_mean = {name: SplitDivergences(float(np.mean([d[name].compound for d in random_div])),
+                                          float(np.mean([d[name].atom for d in random_div])))
+                   for name in sub.definitions} if random_div else {}
+    bound = None
+    if config.bounded:
+        reference = rand_a
+        if len(reference) == 0 and config.max_atom_divergence == AUTO_ATOM_BOUND:  # no baseline asked for
+            ref_rng = np.random.default_rng(config.seed)
+            reference = np.array([split_divergences(sub, fill_split(sub, ref_rng.permutation(len(keep)), 0, k),
+                                                    compound_alpha=ca, atom_alpha=aa)[1] for _ in range(20)])
+        bound = resolve_atom_bound(config.max_atom_divergence, reference)
+    seconds["random"] = time.perf_counter() - t4
+
+    unrefined, unrefined_atom, refine_stats, anneal_stats = None, None, None, None
+    anneal_config = config.anneal if config.anneal is not None else (AnnealConfig(seed=config.seed) if config.bounded
+                                                                     else None)
+    if anneal_config is not None or config.refine is not None:
+        unrefined, unrefined_atom = cd, ad
+        t5 = time.perf_counter()
+        current = selected
+        if anneal_config is not None:
+            start_rng = np.random.default_rng([anneal_config.seed, 1])
+            anneal_starts = [("top-k", selected)] + [
+                ("random", fill_split(sub, start_rng.permutation(len(keep)), 0, k))
+                for _ in range(anneal_config.restarts - 1)]
+            current, anneal_stats = anneal_split(sub, anneal_starts, anneal_config, max_atom_divergence=bound,
+                                                 compound_alpha=ca, atom_alpha=aa, progress=config.progress)
+            seconds["anneal"] = anneal_stats.seconds
+        polish = config.refine or RefineConfig()
+        if bound is not None:
+            polish = RefineConfig(polish.max_rounds, polish.swaps_per_round, polish.tries_per_removal, bound,
+                                  polish.min_gain)
+        refined, refine_stats = refine_split(sub, current, polish, compound_alpha=ca, atom_alpha=aa,
                                              progress=config.progress)
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
         selected = refined[np.argsort(rank[refined], kind="stable")]
         cd, ad = refine_stats.compound_after, refine_stats.atom_after
         seconds["refine"] = refine_stats.seconds
-
-    t4 = time.perf_counter()
-    rng = np.random.default_rng(config.seed)
-    rand_c, rand_a = np.empty(config.num_random), np.empty(config.num_random)
-    for r in range(config.num_random):
-        members = fill_split(sub, rng.permutation(len(keep)), 0, k)
-        rand_c[r], rand_a[r] = split_divergences(sub, members, compound_alpha=ca, atom_alpha=aa)
-    seconds["random"] = time.perf_counter() - t4
+        seconds["optimise"] = time.perf_counter() - t5
+        if bound is not None and ad > bound:
+            logger.warning("no split found meets the atom bound %.4f: the closest has atom divergence %.4f "
+                           "(compound %.4f); raise --max-atom-divergence or the optimiser's budget", bound, ad, cd)
+    if bound is not None and anneal_config is None and ad > bound:
+        logger.warning("the split's atom divergence %.4f exceeds the bound %.4f (no optimiser ran)", ad, bound)
+    divergences = divergences_by_definition(sub, selected, compound_alpha=ca, atom_alpha=aa)
+    for t in targets:
+        t.divergences = divergences_by_definition(sub, t.members, compound_alpha=ca, atom_alpha=aa)
     seconds["total"] = time.perf_counter() - t0
 
     deltas = np.full(problem.num_candidates, np.nan)
@@ -684,7 +730,9 @@ def make_mcd_split(problem: MCDProblem, config: MCDConfig | None = None, *,
         eligible=eligible, num_dropped_unseen_atoms=int(unseen.sum()), num_dropped_no_compounds=int(no_comp.sum()),
         order=keep[order], curve_starts=starts, curve_compound=curve_c, curve_atom=curve_a,
         random_compound=rand_c, random_atom=rand_a, targets=targets, unrefined_compound_divergence=unrefined,
-        refine=refine_stats, seconds=seconds)
+        refine=refine_stats, seconds=seconds, definition=sub.definition, divergences=divergences,
+        random_divergences=random_mean, max_atom_divergence=bound, unrefined_atom_divergence=unrefined_atom,
+        anneal=anneal_stats)
 
 
 # ---------------------------------------------------------------------------------------- outputs
@@ -726,9 +774,30 @@ def result_summary(result: MCDResult, problem: MCDProblem, captions_per_candidat
                      "atom_divergence": r(t.atom_divergence), "window_start": t.window_start,
                      "window_compound_divergence": r(t.window_compound_divergence),
                      "num_images": int(len(t.members)), "num_captions": int(caps[t.members].sum()),
-                     "reachable": t.reachable} for t in result.targets],
+                     "reachable": t.reachable, **_by_definition(t.divergences, r),
+                     **({} if result.max_atom_divergence is None else
+                        {"meets_atom_bound": bool(t.atom_divergence <= result.max_atom_divergence)})}
+                    for t in result.targets],
         "seconds": {k: round(v, 3) for k, v in result.seconds.items()},
+        "compounds": result.definition,
+        **_by_definition(result.divergences, r),
+        "random_compound_divergences": {k: r(d.compound) for k, d in result.random_divergences.items()},
+        "random_atom_divergences": {k: r(d.atom) for k, d in result.random_divergences.items()},
+        "max_atom_divergence": r(result.max_atom_divergence),
+        "meets_atom_bound": (None if result.max_atom_divergence is None
+                             else bool(result.atom_divergence <= result.max_atom_divergence)),
     }
+    if result.unrefined_atom_divergence is not None:
+        out["unrefined_atom_divergence"] = r(result.unrefined_atom_divergence)
+    if result.anneal is not None:
+        a = result.anneal
+        out["anneal"] = {"compound_before": r(a.compound_before), "atom_before": r(a.atom_before),
+                         "compound_after": r(a.compound_after), "atom_after": r(a.atom_after),
+                         "feasible": a.feasible, "best_restart": a.best_restart, "seconds": round(a.seconds, 3),
+                         "restarts": [{"start": x.start, "compound_start": r(x.compound_start),
+                                       "atom_start": r(x.atom_start), "compound_best": r(x.compound_best),
+                                       "atom_best": r(x.atom_best), "feasible": x.feasible, "accepted": x.accepted,
+                                       "proposals": x.proposals} for x in a.restarts]}
     if result.refine is not None:
         out["unrefined_compound_divergence"] = r(result.unrefined_compound_divergence)
         out["refine"] = {"compound_before": r(result.refine.compound_before),
@@ -737,6 +806,12 @@ def result_summary(result: MCDResult, problem: MCDProblem, captions_per_candidat
                          "swaps": result.refine.swaps, "rounds": result.refine.rounds,
                          "seconds": round(result.refine.seconds, 3)}
     return out
+
+
+def _by_definition(divergences: dict[str, SplitDivergences], r) -> dict:
+    """``compound_divergences`` / ``atom_divergences``: one value per compound definition."""
+    return {"compound_divergences": {k: r(d.compound) for k, d in divergences.items()},
+            "atom_divergences": {k: r(d.atom) for k, d in divergences.items()}}
 
 
 def plot_ranking(result: MCDResult, path, *, title: str = "") -> None:

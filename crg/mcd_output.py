@@ -26,6 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
+from crg.compounds import COMPOUND_DEFINITIONS, SEMANTIC, TEMPLATE, SemanticAnnotations, check_definition, \
+    semantic_annotations
 from crg.corpus import Corpus, detect_format, read_corpus, write_jsonl
 from crg.graph import ConceptGraph
 from crg.graph_cache import get_or_build_graph
@@ -121,8 +123,24 @@ def _label(path: str | Path, splits: Sequence[str] | None) -> str:
     return f"{Path(path).parent.name}/{Path(path).name}" + (f" [{','.join(splits)}]" if splits else "")
 
 
+def _annotations(compounds: str, train: Corpus, candidates: Corpus) -> SemanticAnnotations | None:
+    """The captions' logical-form annotations when ``compounds`` needs them (an error without them), or when the
+    corpora have them (then the semantic divergences are reported too); else ``None``."""
+    has = all(bool(c.images) and "compounds" in c.images[0].raw for c in (train, candidates))
+    if compounds != SEMANTIC and not has:
+        return None
+    found = semantic_annotations(train.images, str(train.path))
+    if candidates is not train:  # a training image's own annotations win (such candidates are excluded)
+        more = semantic_annotations(candidates.images, str(candidates.path))
+        for image_id in more.compounds:
+            found.compounds.setdefault(image_id, more.compounds[image_id])
+            found.atoms.setdefault(image_id, more.atoms[image_id])
+    return found
+
+
 def write_mcd_split(corpora: MCDCorpora, out: str | Path, config: MCDConfig | None = None, *,
-                    target_spec: str | None = None, graphs: GraphOptions = GraphOptions()) -> MCDSplitOutput:
+                    target_spec: str | None = None, graphs: GraphOptions = GraphOptions(),
+                    compounds: str = TEMPLATE) -> MCDSplitOutput:
     """Make the MCD split of ``corpora`` and write every file of it under ``out`` (module docstring).
 
     Args:
@@ -132,12 +150,16 @@ def write_mcd_split(corpora: MCDCorpora, out: str | Path, config: MCDConfig | No
         target_spec: targets as ``LOW:max:COUNT`` (:func:`crg.mcd.parse_target_cds`), resolved after the
             scan; overrides ``config.target_cds``.
         graphs: parser and caches for the graphs.
+        compounds: the compound definition the split is made for (:mod:`crg.compounds`: ``template``, the
+            paper's; ``template-heads``; ``semantic``, the generated world only). The split's divergences are
+            reported under every definition the corpora allow (``semantic`` needs logical forms).
 
     Returns:
         The folder, the report written to ``report.json`` and the :class:`crg.mcd.MCDResult`.
     """
     started = time.perf_counter()
     config = config or MCDConfig()
+    check_definition(compounds)
     train_splits = None if corpora.train_splits is None else list(corpora.train_splits)
     cand_splits = None if corpora.candidate_splits is None else list(corpora.candidate_splits)
     cand_path, cand_format = corpora.candidate_path, corpora.candidate_corpus_format
@@ -174,10 +196,16 @@ def write_mcd_split(corpora: MCDCorpora, out: str | Path, config: MCDConfig | No
             raise ValueError(f"every candidate image of {cand_path} is a training image of {corpora.train} (same "
                              f"image ids): no image is left to evaluate on; choose other --candidate-splits or "
                              f"give --train-split so that training leaves them out")
-    problem = build_problem(train_graph, cand_graph, train_images=train_rows, candidate_images=cand_rows)
+    corpus = corpus or read_corpus(cand_path, cand_format)
+    annotations = None
+    if compounds == SEMANTIC or (corpus.images and "compounds" in corpus.images[0].raw):  # logical forms
+        train_corpus = corpus if same else read_corpus(corpora.train, corpora.train_format)
+        annotations = _annotations(compounds, train_corpus, corpus)
+    report_as = [d for d in COMPOUND_DEFINITIONS if d != SEMANTIC or annotations is not None]
+    problem = build_problem(train_graph, cand_graph, train_images=train_rows, candidate_images=cand_rows,
+                            compounds=compounds, report=report_as, annotations=annotations)
     result = make_mcd_split(problem, config, target_spec=target_spec)
 
-    corpus = corpus or read_corpus(cand_path, cand_format)
     records = {im.image_id: im for im in corpus.images}
     caps = [len(records[i].captions) for i in problem.candidate_ids]
     out = Path(out)
@@ -220,4 +248,6 @@ def write_mcd_split(corpora: MCDCorpora, out: str | Path, config: MCDConfig | No
     logger.info("compound divergence %.4f (random sets %.4f), atom divergence %.4f, %d images, %d captions -> %s",
                 report["compound_divergence"], report["random_compound_divergence"] or float("nan"),
                 report["atom_divergence"], report["num_images"], report["num_captions"], out)
+    for name, value in report["compound_divergences"].items():
+        logger.info("  %s compounds: divergence %.4f, atoms %.4f", name, value, report["atom_divergences"][name])
     return MCDSplitOutput(out, report, result, target_dirs)

@@ -3,12 +3,25 @@
 Cross-corpus (the paper's COCO-MCD: train on Flickr30K, evaluate on COCO val+test):
 
     python experiments/make_mcd_split.py --train ../shared/data/flickr30k/captions.jsonl --train-split train \\
-        --candidates ../shared/data/coco/captions.jsonl.gz --candidate-splits test,val --num-images 1000 --out runs/coco_mcd
+        --candidates ../shared/data/coco/captions.jsonl.gz --candidate-splits test,val --num-images 1000 \\
+        --out runs/coco_mcd
 
 Within one corpus: leave out --candidates (or give the same file). Candidates that are also training
 images leave training when selected; e.g. all 31,014 Flickr30K images, training on the rest:
 
     python experiments/make_mcd_split.py --train ../shared/data/flickr30k/captions.jsonl --out runs/f30k_mcd
+
+What counts as a compound (--compounds): template, the CRG's predicate templates (the paper's, default);
+template-heads, the templates with their arguments' head nouns ([NP:cube] left of [NP:ball]), for any corpus;
+semantic, the generated world's logical-form compounds (attribute-noun, noun-relation-noun, ...):
+
+    python experiments/make_mcd_split.py --data world --world-images 10000 --train-split train \
+        --candidate-splits val,test_iid,test_systematic,test_productivity --compounds semantic --out runs/world_mcd
+
+The split's atom divergence is bounded (--max-atom-divergence, default auto: Keysers et al.'s 0.02, or the
+random sets' atom divergence when even they exceed it, as between two corpora); an annealed swap optimiser
+maximises the compound divergence within the bound. --max-atom-divergence none is the paper's procedure
+(the top of the ranking, unbounded). The report gives the divergences under every definition.
 
 Writes OUT/eval.jsonl (the selected images, records as in the candidate corpus), OUT/eval_ids.txt,
 OUT/report.json, OUT/divergence_along_ranking.png, OUT/train_ids.txt when images were held out of
@@ -24,8 +37,9 @@ import argparse
 import logging
 import sys
 
+from crg.compounds import COMPOUND_DEFINITIONS, TEMPLATE
 from crg.corpus import CORPUS_FORMATS
-from crg.mcd import DIRECTIONS, MCDConfig, RefineConfig, parse_target_cds
+from crg.mcd import AUTO_ATOM_BOUND, DIRECTIONS, AnnealConfig, MCDConfig, RefineConfig, parse_target_cds
 from crg.mcd_output import GraphOptions, MCDCorpora, write_mcd_split
 from crg.outputs import OutputDirError, prepare_output_dir
 from crg.parse import add_parser_arguments
@@ -36,6 +50,8 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--train", help="training caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
     ap.add_argument("--data", help="a named dataset instead of --train: world (generated offline), f30k, coco; "
                                    "with no --candidates, a within-corpus split")
+    ap.add_argument("--world-images", type=int, default=4000, help="--data world: images of the world (default 4000)")
+    ap.add_argument("--world-seed", type=int, default=0, help="--data world: the world's seed (default 0)")
     ap.add_argument("--train-split", default=None, help="comma-separated training splits (default: all images)")
     ap.add_argument("--train-format", choices=CORPUS_FORMATS, default=None, help="default: detect")
     ap.add_argument("--candidates", default=None, help="corpus to select evaluation images from (default: --train)")
@@ -46,16 +62,31 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--target-cds", default=None,
                     help="compound divergences wanted from the sliding window: 0.15,0.17,... or LOW:max:COUNT")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random baseline (the split itself is deterministic)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the random baseline and of the optimiser (the paper's top-K needs none)")
     ap.add_argument("--num-random", type=int, default=20, help="random same-size sets for the baseline (default 20)")
     ap.add_argument("--direction", choices=DIRECTIONS, default="auto",
                     help="ranking direction of Delta_i (default auto: the end with the higher divergence)")
     ap.add_argument("--window-stride", type=int, default=1, help="sliding-window step along the ranking")
-    ap.add_argument("--refine", action="store_true", help="swap refinement after selection (beyond the paper)")
-    ap.add_argument("--refine-rounds", type=int, default=200, help="at most this many refinement rounds")
-    ap.add_argument("--max-atom-divergence", type=float, default=None,
-                    help="refinement keeps the atom divergence at or below this")
-    add_parser_arguments(ap)
+    ap.add_argument("--compounds", choices=COMPOUND_DEFINITIONS, default=TEMPLATE,
+                    help="what a compound is: template (CRG predicate templates, the paper's; default), "
+                         "template-heads (templates with their arguments' head nouns), semantic (the generated "
+                         "world's logical forms; --data world only)")
+    ap.add_argument("--max-atom-divergence", type=_atom_bound, default=AUTO_ATOM_BOUND,
+                    help="bound on the split's atom divergence: a number, auto (default: 0.02 as Keysers et al., or "
+                         "the random sets' mean when higher) or none (unbounded: the paper's top-K, no optimiser)")
+    ap.add_argument("--anneal", action="store_true",
+                    help="run the annealed optimiser even without a bound (it always runs with one)")
+    ap.add_argument("--anneal-steps", type=int, default=AnnealConfig.steps_per_image,
+                    help=f"optimiser proposals per restart and split image (default {AnnealConfig.steps_per_image})")
+    ap.add_argument("--restarts", type=int, default=AnnealConfig.restarts,
+                    help=f"optimiser restarts: the top-K, then random sets (default {AnnealConfig.restarts})")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="wall-clock seconds for the optimiser (a split cut short depends on the machine's speed)")
+    ap.add_argument("--refine", action="store_true",
+                    help="greedy swap refinement of the unbounded split (beyond the paper; the optimiser's last step)")
+    ap.add_argument("--refine-rounds", type=int, default=200, help="at most this many greedy refinement rounds")
+    add_parser_arguments(ap, default=None, default_help="the --data dataset's (the world: its gold trees), else spacy")
     ap.add_argument("--cache", default=None, help="parse cache file used when a graph must be built "
                                                   "(default: $GC_CACHE_DIR/parse_cache.sqlite)")
     ap.add_argument("--graph-cache", default=None, help="graph cache directory (default: $GC_CACHE_DIR/graphs)")
@@ -70,6 +101,21 @@ def build_argparser() -> argparse.ArgumentParser:
 OWNED = ("eval.jsonl", "eval_ids.txt", "train_ids.txt", "report.json", "targets", "divergence_along_ranking.png")
 
 
+def _atom_bound(text: str) -> float | str | None:
+    """``--max-atom-divergence``: a number in [0, 1], ``auto`` or ``none``."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    if text.strip().lower() == AUTO_ATOM_BOUND:
+        return AUTO_ATOM_BOUND
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, auto or none, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"an atom divergence lies in [0, 1], got {value}")
+    return value
+
+
 def _splits(text: str | None) -> list[str] | None:
     return None if not text else [s.strip() for s in text.split(",") if s.strip()]
 
@@ -78,33 +124,62 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_argparser()
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser_name, parser_model = args.parser or "spacy", args.parser_model
     if args.data:
         from features.catalog import resolve_dataset
 
-        args.train = str(resolve_dataset(args.data).captions)
+        spec = resolve_dataset(args.data, world_images=args.world_images, world_seed=args.world_seed,
+                               progress=not args.quiet)
+        args.train = str(spec.captions)
+        parser_name, parser_model = spec.parser_for(args.parser, args.parser_model)
     if not args.train:
         ap.error("give --train PATH or --data NAME")
+    if args.parser is None and args.parser_model is not None and not args.data:
+        ap.error("--parser-model needs --parser")
     corpora = MCDCorpora(args.train, _splits(args.train_split), args.train_format, args.candidates,
                          _splits(args.candidate_splits), args.candidate_format)
-    graphs = GraphOptions(parser_name=args.parser, parser_model=args.parser_model, max_words=args.max_words,
+    graphs = GraphOptions(parser_name=parser_name, parser_model=parser_model, max_words=args.max_words,
                           cache_root=args.graph_cache, parse_cache_path=args.cache, n_process=args.workers,
                           progress=not args.quiet)
     targets = parse_target_cds(args.target_cds)
-    refine = RefineConfig(max_rounds=args.refine_rounds, max_atom_divergence=args.max_atom_divergence)
+    refine = RefineConfig(max_rounds=args.refine_rounds)
+    anneal = None
+    if args.max_atom_divergence is not None or args.anneal:
+        anneal = AnnealConfig(steps_per_image=args.anneal_steps, restarts=args.restarts, seed=args.seed,
+                              time_limit_s=args.time_limit)
     config = MCDConfig(num_images=args.num_images, direction=args.direction, num_random=args.num_random,
                        seed=args.seed, window_stride=args.window_stride, refine=refine if args.refine else None,
-                       progress=not args.quiet)
+                       progress=not args.quiet, max_atom_divergence=args.max_atom_divergence, anneal=anneal)
     if isinstance(targets, tuple):
         config.target_cds = targets  # set after construction, as before: a target outside [0, 1] only warns
     settings = {k: v for k, v in sorted(vars(args).items()) if k not in ("quiet", "overwrite", "workers")}
     try:
         prepare_output_dir(args.out, command="make_mcd_split", settings=settings, can_resume=False,
                            mode="overwrite" if args.overwrite else "new", owned=OWNED)
-        write_mcd_split(corpora, args.out, config, target_spec=targets if isinstance(targets, str) else None,
-                        graphs=graphs)
+        split = write_mcd_split(corpora, args.out, config, target_spec=targets if isinstance(targets, str) else None,
+                                graphs=graphs, compounds=args.compounds)
     except (OutputDirError, ValueError) as err:
         raise SystemExit(f"error: {err}") from None
+    print(summary(split.report))
     return 0
+
+
+def summary(report: dict) -> str:
+    """The printed summary: the split's divergences under every compound definition, the bound, the baseline."""
+    bound = report["max_atom_divergence"]
+    lines = [f"MCD split of {report['num_images']} images ({report['num_captions']} captions), compounds "
+             f"optimised: {report['compounds']}; atom bound: "
+             + ("none (the paper's procedure)" if bound is None else
+                f"{bound:.4f} ({'met' if report['meets_atom_bound'] else 'NOT met'})"),
+             f"{'compounds':<16}{'compound div.':>15}{'atom div.':>11}{'random sets':>13}"]
+    for name, cd in report["compound_divergences"].items():
+        rand = report["random_compound_divergences"].get(name)
+        lines.append(f"{name:<16}{cd:>15.4f}{report['atom_divergences'][name]:>11.4f}"
+                     f"{'' if rand is None else f'{rand:.4f}':>13}")
+    if "unrefined_compound_divergence" in report:
+        lines.append(f"before the optimiser (the paper's top-K): compound "
+                     f"{report['unrefined_compound_divergence']:.4f}, atom {report['unrefined_atom_divergence']:.4f}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
