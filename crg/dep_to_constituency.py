@@ -105,6 +105,8 @@ def projectivize(heads: Sequence[int]) -> list[int]:
     [2, 2, 2, 2]
     """
     heads = list(heads)
+    if _is_projective(heads):  # nearly every caption: skip the quadratic search
+        return heads
     for _ in range(len(heads) ** 2 + 1):
         d = _shortest_crossing_dependent(heads)
         if d is None:
@@ -114,6 +116,41 @@ def projectivize(heads: Sequence[int]) -> list[int]:
         # in one sentence) becomes a root of its own
         heads[d] = heads[h] if heads[h] != h else d
     raise AssertionError(f"projectivize did not converge for heads={heads}")
+
+
+def _is_projective(heads: list[int]) -> bool:
+    """True for a tree with one root and no crossing arcs, where nothing needs lifting; False
+    also for several roots or a cycle (left to the general search).
+
+    >>> _is_projective([1, 1, 3, 1]), _is_projective([2, 2, 2, 0]), _is_projective([1, 0, 2])
+    (True, False, False)
+    """
+    n = len(heads)
+    roots = [d for d in range(n) if heads[d] == d]
+    if len(roots) != 1:
+        return False
+    root = roots[0]
+    depth = [-1] * n
+    depth[root] = 0
+    for d in range(n):  # every token reaches the root: no cycle
+        path, t = [], d
+        while depth[t] < 0:
+            path.append(t)
+            t = heads[t]
+            if len(path) > n:
+                return False
+        for k, p in enumerate(reversed(path), 1):
+            depth[p] = depth[t] + k
+    arcs = sorted((min(d, h), max(d, h)) for d, h in enumerate(heads) if d != h)
+    for k, (lo, hi) in enumerate(arcs):
+        if lo < root < hi:
+            return False
+        for lo2, hi2 in arcs[k + 1:]:
+            if lo2 >= hi:
+                break
+            if lo < lo2 < hi < hi2:
+                return False
+    return True
 
 
 def _dominates(heads: list[int], ancestor: int, token: int) -> bool:
@@ -171,6 +208,7 @@ class _Converter:
                         and not (self.tags[h] in ("NNP", "NNPS") and self.tags[c] in ("NN", "NNS")):
                     self.deps[c] = "conj"
         self._lift_from_inverted_parentheticals()
+        self._categories: list[str | None] = [None] * len(self.words)
         self.question = bool(self.words) and self.words[-1] == "?"
         self.parenthetical = False  # a clause was marked |PRN (see _mark_parentheticals)
 
@@ -203,6 +241,13 @@ class _Converter:
         return [c for c in self.children[i] if c not in exclude]
 
     def category(self, i: int) -> str:
+        """The word class that decides ``i``'s projection (memoised: tags, deps and arcs are fixed)."""
+        cat = self._categories[i]
+        if cat is None:
+            cat = self._categories[i] = self._category(i)
+        return cat
+
+    def _category(self, i: int) -> str:
         tag = self.tags[i]
         kid_deps = {self.deps[c] for c in self.children[i]}
         if tag in ("VBG", "VBN") and self.deps[i] == "prep":
@@ -255,7 +300,7 @@ class _Converter:
         trees = [it.tree for it in items]
         if len(trees) == 1:
             top = trees[0]
-            if top.height() == 2:  # a one-word sentence: give it a phrase node
+            if _preterminal(top):  # a one-word sentence: give it a phrase node
                 top = Tree("NP" if self.category(roots[0]) == "noun" else "FRAG", [top])
         else:
             labels = {t.label() for t in trees}
@@ -379,7 +424,7 @@ class _Converter:
         return _Item(Tree(label, trees), parts[0].start, parts[-1].end)
 
     def _as_phrase(self, item: _Item, h: int) -> _Item:
-        if item.tree.height() == 2:
+        if _preterminal(item.tree):
             return _Item(Tree(self.phrase_label(h) if self.category(h) != "verb" else "VP", [item.tree]),
                          item.start, item.end)
         return item
@@ -387,13 +432,13 @@ class _Converter:
     def _join(self, first: _Item, members: list[_Item], h: int) -> _Item:
         conjuncts = [first] + [m for m in members if m.tree.label() not in {"CC", "CONJP"} | PUNCT_TAGS]
         parts = sorted([first] + members, key=lambda it: it.start)
-        if all(c.tree.height() == 3 and len(c.tree) == 1 and c.tree.label() not in ("VP", "S") for c in conjuncts):
+        if all(len(c.tree) == 1 and _preterminal(c.tree[0]) and c.tree.label() not in ("VP", "S") for c in conjuncts):
             # bare words: PTB coordinates them flat, (NP (NNS dogs) (CC and) (NNS cats))
             label = conjuncts[0].tree.label()
             flat = [p.tree[0] if p in conjuncts else p.tree for p in parts]
             return _Item(Tree(label, flat), parts[0].start, parts[-1].end)
         if any(p.tree.label() == "CC" and p.tree[0] == "&" for p in parts) and \
-                all(c.tree.label() == "NP" and c.tree.height() == 3 for c in conjuncts):
+                all(_base_np(c.tree) for c in conjuncts):
             # names joined by "&" are one base NP in PTB: (NP (NNP W.R.) (NNP Grace) (CC &) (NNP Co.))
             flat = [w for p in parts for w in (p.tree if p in conjuncts else [p.tree])]
             return _Item(Tree("NP", flat), parts[0].start, parts[-1].end)
@@ -487,7 +532,7 @@ class _Converter:
         coord = (self._members(conj, glue, set(conj) | set(glue)), 1) if conj else None
         bare_ok = role in BARE_ROLES or (role == "poss" and self.tags[i] in ("PRP$", "WP$"))
         item = self.project(i, items, [(base, False), ("NP", False)], coord, bare_ok=bare_ok, head=head)
-        if role in ("amod", "nummod") and item.tree.label() == "NP" and item.tree.height() > 2:
+        if role in ("amod", "nummod") and item.tree.label() == "NP" and not _preterminal(item.tree):
             item.tree = Tree("QP" if role == "nummod" else "ADJP", [t for t in item.tree])
         return item
 
@@ -837,13 +882,25 @@ def dependency_to_constituency(words: Sequence[str], tags: Sequence[str], heads:
             raise ValueError(f"head {h} of token {i} ({words[i]!r}) is outside the sentence of {len(words)} tokens")
     converter = _Converter(words, tags, heads, deps)
     tree = converter.convert()
-    if [_leaf_key(w) for w in tree.leaves()] != [_leaf_key(escape_ptb_word(w)) for w in words]:
+    if [_leaf_key(w) for w in _leaves(tree)] != [_leaf_key(escape_ptb_word(w)) for w in words]:
         # Unusual dependency structures (a coordinator with its own conjuncts, say) can defeat the
         # level assignment. Fall back to one flat phrase per head, which always keeps word order.
         logger.warning("dependency structure defeated the projection; flat fallback for %s", " ".join(words))
         FALLBACKS[0] += 1
         tree = Tree("TOP", [converter.flat_projection()])
     return tree
+
+
+def _leaves(tree: Tree) -> list[str]:
+    """``tree.leaves()`` without recursion (the check runs on every converted sentence)."""
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            out.append(node)
+        else:
+            stack.extend(reversed(node))
+    return out
 
 
 def _leaf_key(word: str) -> str:

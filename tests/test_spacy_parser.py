@@ -11,8 +11,8 @@ from crg.bracket_score import brackets, score_trees
 LABELS = ("NP", "S", "SBAR")
 
 
-# concept-label and all-label F1 of converter version 4 (before the WSJ work): no set may get worse
-CAPTION_FLOORS = {"gold_ptb.mrg": (96.5, 96.4), "gold_ptb_heldout.mrg": (96.1, 95.3)}
+# concept-label and all-label F1 of converter version 6 (before the second WSJ round): no set may get worse
+CAPTION_FLOORS = {"gold_ptb.mrg": (96.7, 96.6), "gold_ptb_heldout.mrg": (96.2, 95.5)}
 
 
 @pytest.mark.parametrize("gold_file", ["gold_ptb.mrg", "gold_ptb_heldout.mrg"])
@@ -45,7 +45,7 @@ def test_wsj_dev_half_scores(spacy_parser, shared_data):
     assert len(gold) == 996
     score = score_trees(gold, spacy_parser.parse_tokens([t.leaves() for t in gold]))
     print(f"\nWSJ dev half: concept F1 {score.label(*CONCEPT_LABELS).f1:.1f}, all labels F1 {score.f1:.1f}")
-    assert score.label(*CONCEPT_LABELS).f1 >= 90.0 and score.f1 >= 88.3
+    assert score.label(*CONCEPT_LABELS).f1 >= 90.2 and score.f1 >= 88.7
 
 
 def test_bracket_scoring_counts_matches_and_ignores_punctuation():
