@@ -2,6 +2,7 @@
 
     python benchmarks/bench_parser.py                      # PTB halves, caption gold sets, 5,000 Flickr30K captions
     python benchmarks/bench_parser.py --skip-speed --write-split /tmp/ptb   # also write the halves' gold trees
+    python benchmarks/bench_parser.py --skip-speed --profile --speed-sample 3000  # CPU time per build stage
 
 Accuracy: labelled-bracket F1 per label (:mod:`crg.bracket_score`, evalb conventions) of the parser
 run on the gold tokens, against
@@ -103,6 +104,38 @@ def speed(parser, texts: list[str], repeats: int) -> dict:
             "convert_captions_per_s": round(len(texts) / convert, 1)}
 
 
+def profile_stages(parser, texts: list[str]) -> dict:
+    """CPU seconds per caption of each stage of a graph build's worker (``time.process_time``, so
+    the shares hold on a shared machine): spaCy's tokenizer and pipeline components one by one, the
+    PTB conversion, formatting the tree, reading it back (as ``crg/build.py``'s workers do) and the
+    concept extraction."""
+    from nltk import Tree
+
+    from crg.extract import extract_concepts
+    from crg.spacy_parser import doc_to_tree
+
+    nlp = parser.nlp
+    list(nlp.pipe(texts[:200]))  # warm up
+    seconds: dict[str, float] = {}
+
+    def timed(name, fn):
+        t0 = time.process_time()
+        out = fn()
+        seconds[name] = time.process_time() - t0
+        return out
+
+    docs = timed("tokenizer", lambda: [nlp.make_doc(t) for t in texts])
+    for name, component in nlp.pipeline:
+        docs = timed(name, lambda c=component, d=docs: list(c.pipe(d, batch_size=parser.batch_size)))
+    trees = timed("conversion", lambda: [doc_to_tree(d) for d in docs])
+    bracketed = timed("pformat", lambda: [t.pformat(margin=10**9) for t in trees])
+    reread = timed("fromstring", lambda: [Tree.fromstring(b) for b in bracketed])
+    timed("extraction", lambda: [extract_concepts(t) for t in reread])
+    total = sum(seconds.values())
+    return {name: {"ms_per_caption": round(1000 * s / len(texts), 3), "share": round(s / total, 3)}
+            for name, s in seconds.items()}
+
+
 def print_table(results: dict) -> None:
     from crg.bracket_score import REPORTED_LABELS
 
@@ -124,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-sample", type=int, default=5000, help="Flickr30K training captions timed")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs (the best is reported)")
     ap.add_argument("--skip-speed", action="store_true", help="accuracy only")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print the CPU time per caption of each build stage on the --speed-sample captions")
     ap.add_argument("--write-split", metavar="DIR",
                     help="write the halves' gold trees as DIR/wsj_dev_half.mrg and DIR/wsj_heldout_half.mrg "
                          "(for python -m crg.bracket_score)")
@@ -157,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         results[path.name] = score_set(parser, caption_gold(path))
     print()
     print_table(results)
-    if not args.skip_speed:
+    if not args.skip_speed or args.profile:
         if not Path(args.captions).exists():
             raise SystemExit(f"captions not found: {args.captions} (use --skip-speed)")
         from crg.caption_filter import normalize_caption
@@ -165,10 +200,17 @@ def main(argv: list[str] | None = None) -> int:
 
         corpus = read_corpus(args.captions).select("train")
         texts = [normalize_caption(c) for _, _, c in corpus.iter_captions()][: args.speed_sample]
+    if not args.skip_speed:
         results["speed"] = speed(parser, texts, args.repeats)
         s = results["speed"]
         print(f"\nspeed, 1 process, {s['captions']} Flickr30K train captions: parsing (spaCy + conversion) "
-              f"{s['parse_captions_per_s']:.0f} captions/s; conversion alone {s['convert_captions_per_s']:.0f} captions/s")
+              f"{s['parse_captions_per_s']:.0f} captions/s; "
+              f"conversion alone {s['convert_captions_per_s']:.0f} captions/s")
+    if args.profile:
+        results["profile"] = profile_stages(parser, texts)
+        print(f"\nCPU time per caption, 1 process, {len(texts)} Flickr30K train captions:")
+        for name, row in results["profile"].items():
+            print(f"  {name:<12} {row['ms_per_caption']:7.3f} ms  {100 * row['share']:5.1f} %")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
     return 0
