@@ -20,9 +20,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_composer import TrainingStepper, build_module, machine  # the step timing of docs/benchmarks.md
 
