@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 class AnnealConfig:
     """The annealed swap optimiser (beyond the paper; module docstring)."""
 
-    steps_per_image: int = 40        # proposals per restart = this * K (K = 1,000: 40,000, a few seconds)
+    steps_per_image: int = 10        # proposals per restart = this * K (K = 1,000: 10,000, ~4 s of CPU)
     restarts: int = 3                # the first from the paper's top-K, the others from random sets
     temp_start: float = 1.0          # in units of the median |delta f| of the first proposals: accepts ~1/3 of
     temp_end: float = 0.01           # typical worsening swaps at first, almost none at the end
