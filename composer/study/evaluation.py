@@ -26,7 +26,7 @@ from composer.evaluation.sentence_retrieval import sentence_retrieval_report
 from composer.program import ConceptProgram
 from composer.retrieval import score_matrix
 
-__all__ = ["sentence_retrieval", "world_hard_negative_set"]
+__all__ = ["flat_report", "sentence_retrieval", "world_hard_negative_set"]
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,12 @@ def sentence_retrieval(model, tokenizer, data, *, device: str | torch.device = "
                            programs, tokenizer, max_pairs=max_pairs)
     finally:
         model.train(was_training)
-    report = sentence_retrieval_report(res.scores, data.caption_image, seconds=res.seconds)
-    # the study's tables read R@K at the top level of a run's result
+    return flat_report(sentence_retrieval_report(res.scores, data.caption_image, seconds=res.seconds))
+
+
+def flat_report(report: dict) -> dict:
+    """A retrieval report with its sentence R@K at the top level, where the study's tables read them."""
+    report = dict(report)
     return {**report.pop("sentence"), **report}
 
 

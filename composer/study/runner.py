@@ -313,7 +313,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
 
     from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
     from composer.evaluation.text_pairs import hard_negative_accuracy
-    from composer.study.evaluation import sentence_retrieval
+    from composer.study.evaluation import flat_report, sentence_retrieval
 
     module, dm, configs, max_epochs, max_steps = build_run(run, seed, profile)
     trainer = L.Trainer(
@@ -389,12 +389,6 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     if options.keep_weights:
         torch.save(model.state_dict(), out / "model.pt")
     return result
-
-
-def flat_report(report: dict) -> dict:
-    """A retrieval report with its sentence R@K at the top level (where the study's tables read them)."""
-    report = dict(report)
-    return {**report.pop("sentence"), **report}
 
 
 def generalisation_gap(in_domain: dict, systematic: dict) -> dict:
@@ -647,7 +641,8 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
             chosen = finish_search(out, points, runs, seeds, profile)
             if search_only:
                 return {"search": chosen}
-    runs = [with_chosen_recipe(r, read_chosen(out)) for r in runs]
+    chosen = read_chosen(out)
+    runs = [with_chosen_recipe(r, chosen) for r in runs]
     # seed-major: one seed of everything first
     tasks = [(run, seed) for seed in seeds for run in runs if seed in profile.seeds_for(run, seeds)]
     if not report_only:
