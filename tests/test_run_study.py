@@ -126,6 +126,14 @@ def test_profiles_and_runs_are_consistent():
         study_runs(PROFILES["cpu"], ["composer", "bert"])
 
 
+def test_a_run_names_a_known_parser():
+    from composer.study.config import StudyRun
+
+    assert StudyRun("x", "composer", "x", parser="spacy").parser == "spacy"
+    with pytest.raises(ValueError, match="parser 'benepar'"):
+        StudyRun("x", "composer", "x", parser="benepar")
+
+
 def test_ablations_may_train_on_fewer_seeds_than_the_main_models():
     by_name = {r.name: r for r in RUNS}
     few = replace(PROFILES["cpu"], seeds=(3, 4, 5), ablation_seeds=1)
@@ -251,6 +259,18 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
     assert "generation" in results["runs"]["il_clip"]["seeds"]["0"]["train_curve"]
     assert results["runs"]["composer_prune50"]["seeds"]["0"]["config"]["data"]["prune_probability"] == 0.5
     assert "### COMPOSER Table 7" in (out / "tables.md").read_text()
+    runs = results["runs"]
+    spacy = runs["composer_spacy"]["seeds"]["0"]  # every CRG of the run from spaCy's parses, gold for the others
+    assert spacy["parser"] == "spacy" and spacy["config"]["data"]["parser"] == "spacy"
+    assert composer["parser"] == "world" and composer["config"]["data"]["parser"] == "world"
+    for name in ("composer_hardneg", "flat_hardneg"):  # ViLBERT's sampler, compared with the default on val
+        r = runs[name]["seeds"]["0"]
+        assert r["config"]["data"]["hard_negative_captions"] == 1 and "R@1" in r["val"], name
+    assert runs["composer"]["seeds"]["0"]["config"]["data"]["hard_negative_captions"] == 0
+    assert "R@1" in composer["val"]
+    assert results["study"]["data"]["mcd"]["compounds"] == "semantic"  # the world's logical-form compounds
+    assert set(results["study"]["data"]["mcd"]["compound_divergences"]) >= {"semantic", "template"}
+    assert "### Parses (gold vs spaCy)" in (out / "tables.md").read_text()
     assert sum(": training" in line for line in log) == len(PROFILES["smoke"].runs)
 
     # a run that fails is recorded and the study goes on (exit code 1)

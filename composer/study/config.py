@@ -17,7 +17,7 @@ Runs (:data:`RUNS`), by the table they fill (Zhang et al. 2021 = COMPOSER; Zheng
   codebook, generation cycles halved / doubled at the same total steps.
 
 Profiles (:data:`PROFILES`): ``smoke`` (tests: a tiny world, a few steps, ``tiny`` models), ``cpu``
-(fits in an hour on 2 CPU cores: see :data:`CPU_BUDGET_NOTE`), ``gpu`` (paper-like sizes: the
+(fits in 90 minutes on 2 CPU cores: see :data:`CPU_BUDGET_NOTE`), ``gpu`` (paper-like sizes: the
 ``offline`` presets, i.e. PT 6 / CT 5 with the Predicate Transformer initialised from MiniLM, 1,000
 test images x 5,000 captions, 20 epochs of the paper's schedule, 16 compound-divergence windows of
 1,000 images; untimed).
@@ -59,6 +59,7 @@ __all__ = [
 # (the recipe search's criterion, never a reported result)
 EVALS = ("test", "mcd", "windows", "phrase", "hard_negatives", "val")
 _ALL = EVALS[:-1]
+STUDY_PARSERS = ("world", "spacy")  # the world's gold trees (default); the parser real captions get
 _RETRIEVAL = ("test", "mcd")
 
 
@@ -77,6 +78,9 @@ class StudyRun:
             this, the number of generations by its inverse (same total steps).
         prune: probability of removing each parse branch when the CRGs are built (COMPOSER Table 7),
             for training and evaluation alike.
+        parser: the constituency parser every CRG of the run is built with, training and evaluation alike:
+            ``world`` (the generated world's gold trees, the study's default) or ``spacy`` (the parser a real
+            corpus gets; COMPOSER Table 7's "how good must the parses be").
         evals: what the tables need of it; a profile with ``full_eval`` runs every evaluation anyway.
     """
 
@@ -87,6 +91,7 @@ class StudyRun:
     il: dict[str, Any] = field(default_factory=dict)
     il_cycle_scale: float = 1.0
     prune: float = 0.0
+    parser: str = "world"
     evals: tuple[str, ...] = _RETRIEVAL
 
     def __post_init__(self):
@@ -98,6 +103,8 @@ class StudyRun:
         if not 0.0 <= self.prune <= 1.0 or self.il_cycle_scale <= 0:
             raise ValueError(f"run {self.name!r}: prune must lie in [0, 1] and il_cycle_scale be > 0, got "
                              f"{self.prune}, {self.il_cycle_scale}")
+        if self.parser not in STUDY_PARSERS:
+            raise ValueError(f"run {self.name!r}: parser {self.parser!r} is not one of {STUDY_PARSERS}")
         from composer.training.recipes import RecipeOverrides
 
         known = {f.name for f in fields(RecipeOverrides)}
@@ -110,9 +117,9 @@ class StudyRun:
 
 RUNS: tuple[StudyRun, ...] = (
     # main models: COMPOSER Table 2 and Figure 4, IL-CLIP Table 1
-    StudyRun("composer", "composer", "COMPOSER", evals=_ALL),
+    StudyRun("composer", "composer", "COMPOSER", evals=(*_ALL, "val")),
     StudyRun("vse", "vse", "VSE", evals=_ALL),
-    StudyRun("flat", "flat", "Flat cross-modal (ViLBERT-style)", evals=_ALL),
+    StudyRun("flat", "flat", "Flat cross-modal (ViLBERT-style)", evals=(*_ALL, "val")),
     StudyRun("clip", "clip", "CLIP", evals=_ALL),
     StudyRun("codebook_clip", "codebook_clip", "Codebook-CLIP", evals=_ALL),
     StudyRun("il_clip", "il_clip", "IL-CLIP", evals=_ALL),
@@ -138,6 +145,13 @@ RUNS: tuple[StudyRun, ...] = (
     StudyRun("composer_prune10", "composer", "COMPOSER, parses pruned p=0.1", prune=0.1),
     StudyRun("composer_prune30", "composer", "COMPOSER, parses pruned p=0.3", prune=0.3),
     StudyRun("composer_prune50", "composer", "COMPOSER, parses pruned p=0.5", prune=0.5),
+    StudyRun("composer_spacy", "composer", "COMPOSER, spaCy parses instead of the gold trees", parser="spacy"),
+    # ViLBERT's sampler (issue 17): one of the two caption negatives drawn from the positive's 100 nearest
+    # captions (MiniLM embeddings) instead of at random; scored on val too, where the default is chosen
+    StudyRun("composer_hardneg", "composer", "COMPOSER, one hard caption negative (ViLBERT's sampler)",
+             overrides={"hard_negative_captions": 1}, evals=("test", "mcd", "val")),
+    StudyRun("flat_hardneg", "flat", "Flat cross-modal, one hard caption negative (ViLBERT's sampler)",
+             overrides={"hard_negative_captions": 1}, evals=("test", "mcd", "val")),
     # IL-CLIP Table 4
     StudyRun("il_cycle_short", "il_clip", "IL-CLIP, generation cycle x0.5", il_cycle_scale=0.5,
              evals=("test", "hard_negatives")),
@@ -157,7 +171,8 @@ assert len(_BY_NAME) == len(RUNS), "run names must be unique"
 
 _COMPOSER_TABLES = ("composer", "vse", "flat", "clip", "codebook_clip", "il_clip", "composer_no_crossatt",
                     "composer_replace", "composer_mlp", "composer_no_mvsa", "flat_mvsa", "composer_pt1",
-                    "composer_ct1", "composer_ct5", "composer_prune10", "composer_prune30", "composer_prune50")
+                    "composer_ct1", "composer_ct5", "composer_prune10", "composer_prune30", "composer_prune50",
+                    "composer_spacy", "composer_hardneg", "flat_hardneg")
 _IL_ABLATIONS = ("il_cycle_short", "il_cycle_long", "il_spawn_vision", "il_spawn_alternate", "il_no_freeze",
                  "il_no_codebook")
 
@@ -218,6 +233,10 @@ class StudyProfile:
         clip_batch_size: the CLIP family's batch; None = the named configuration's (64).
         eval_images: in-domain test candidates (first images of the test split; all their captions).
         mcd_images: images of the MCD split and of each window (clamped to half the eligible candidates).
+        mcd_compounds: the compound definition the MCD split and Figure 4's windows are made for
+            (:mod:`crg.compounds`): ``semantic`` (the world's logical-form compounds: a colour-shape binding
+            or a relation between two object kinds, whatever the wording; the default) or ``template`` (the
+            CRG's templates, the paper's definition for real captions). Both divergences are reported.
         mcd_candidate_splits: where the MCD split's images come from (roles: ``val``; ``test`` = every test
             set of the world, in-domain, systematic and productivity); training is the train split.
         num_windows: Figure 4's splits, evenly spaced between the lowest and highest window divergence.
@@ -254,6 +273,7 @@ class StudyProfile:
     clip_batch_size: int | None = None
     presets: dict[str, str] = field(default_factory=dict)
     mcd_candidate_splits: tuple[str, ...] = ("val", "test")
+    mcd_compounds: str = "semantic"
     max_pairs: int = 4096
     log_every_n_steps: int = 1
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -281,7 +301,9 @@ class StudyProfile:
                              f"got {bad or (self.probe_steps, self.hn_distractors)}")
 
     def evals_for(self, run: StudyRun) -> tuple[str, ...]:
-        return _ALL if self.full_eval and "val" not in run.evals else run.evals
+        if not self.full_eval or run.evals == ("val",):  # a recipe-search run is scored on val only
+            return run.evals
+        return tuple(dict.fromkeys((*_ALL, *run.evals)))
 
     def seeds_for(self, run: StudyRun, seeds: list[int] | tuple[int, ...]) -> list[int]:
         """The seeds ``run`` trains on, of the study's ``seeds``.
@@ -369,11 +391,12 @@ _GPU = StudyProfile(
 
 PROFILES: dict[str, StudyProfile] = {p.name: p for p in (_SMOKE, _CPU, _GPU)}
 
-CPU_BUDGET_NOTE = ("cpu profile: 6 main models x 3 seeds and 11 COMPOSER ablations x 1 seed on the 3,000-image "
+CPU_BUDGET_NOTE = ("cpu profile: 6 main models x 3 seeds and 14 ablations x 1 seed (COMPOSER's Tables 3-7, spaCy "
+                   "parses, hard caption negatives for COMPOSER and the flat model) on the 3,000-image "
                    "compositional world, two at a time; COMPOSER and the flat model 300 steps at batch 32, VSE 150 "
                    "steps at batch 64, the CLIP family 170 steps at batch 64; "
-                   "50-image evaluation sets (250 captions) for in-domain, systematic, productivity and MCD, "
-                   "3 compound-divergence windows")
+                   "50-image evaluation sets (250 captions) for in-domain, systematic, productivity and MCD "
+                   "(semantic compounds), 3 compound-divergence windows")
 
 
 def get_profile(name: str, **overrides: Any) -> StudyProfile:

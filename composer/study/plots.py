@@ -119,7 +119,8 @@ def plot_r1_vs_cd(results: Mapping, rows: Sequence[Row], path: str | Path, *, me
               if p.cell.mean is not None]
     if chance and metric == "R@1":
         ax.axhline(float(np.mean(chance)), color="0.5", lw=0.8, ls=":", label="chance")
-    _finish(plt, fig, ax, path, xlabel="compound divergence of the evaluation split",
+    compounds = (((results.get("study") or {}).get("data") or {}).get("mcd") or {}).get("compounds", "template")
+    _finish(plt, fig, ax, path, xlabel=f"compound divergence of the evaluation split ({compounds} compounds)",
             ylabel=f"sentence-to-image {metric} (%)", title="R@1 across compound divergence (COMPOSER Fig. 4)",
             empty=None if drawn else "no window results")
 

@@ -158,6 +158,8 @@ def candidate_split_labels(spec, roles) -> list[str]:
 def make_mcd_windows(profile: StudyProfile, spec, out: Path) -> dict:
     """The MCD split of the candidate splits against the train split, and ``num_windows`` windows
     evenly spaced over the range of window divergences, with the project's splitter."""
+    from crg.compounds import SEMANTIC, semantic_annotations
+    from crg.corpus import read_corpus
     from crg.graph_cache import get_or_build_graph
     from crg.mcd import MCDConfig, build_problem, eligible_candidates, make_mcd_split
     from crg.mcd_output import GraphOptions, MCDCorpora, write_mcd_split
@@ -166,8 +168,11 @@ def make_mcd_windows(profile: StudyProfile, spec, out: Path) -> dict:
     candidate_splits = candidate_split_labels(spec, profile.mcd_candidate_splits)
     graph, _ = get_or_build_graph(captions, None, parser_name=STUDY_PARSER, progress=False)
     splits = np.asarray(graph.image_splits, dtype=object)
+    annotations = (semantic_annotations(read_corpus(captions).images, str(captions))
+                   if profile.mcd_compounds == SEMANTIC else None)
     problem = build_problem(graph, graph, train_images=np.flatnonzero(np.isin(splits, list(spec.train_splits))),
-                            candidate_images=np.flatnonzero(np.isin(splits, candidate_splits)))
+                            candidate_images=np.flatnonzero(np.isin(splits, candidate_splits)),
+                            compounds=profile.mcd_compounds, annotations=annotations)
     eligible = int(eligible_candidates(problem)[0].sum())
     k = min(profile.mcd_images, max(1, eligible // 2))  # leave room to slide the window
     if k < profile.mcd_images:
@@ -178,20 +183,22 @@ def make_mcd_windows(profile: StudyProfile, spec, out: Path) -> dict:
     targets = sorted({round(float(t), 3) for t in np.linspace(lo, hi, profile.num_windows)})
     written = write_mcd_split(MCDCorpora(str(captions), list(spec.train_splits), candidate_splits=candidate_splits),
                               out, MCDConfig(num_images=k, target_cds=tuple(targets), progress=False),
-                              graphs=GraphOptions(parser_name=STUDY_PARSER, progress=False))
+                              graphs=GraphOptions(parser_name=STUDY_PARSER, progress=False),
+                              compounds=profile.mcd_compounds)
     report = written.report
     windows = [{"target": t["target"], "compound_divergence": t["compound_divergence"],
                 "atom_divergence": t["atom_divergence"], "window_start": t["window_start"],
                 "num_images": t["num_images"], "path": str(Path(d) / "eval.jsonl")}
                for t, d in zip(report["targets"], written.target_dirs)]
     return {"dir": str(out), "path": str(out / "eval.jsonl"), "num_images": k, "eligible": eligible,
-            "compound_divergence": report["compound_divergence"], "atom_divergence": report["atom_divergence"],
+            "compounds": profile.mcd_compounds, "compound_divergence": report["compound_divergence"],
+            "atom_divergence": report["atom_divergence"], "compound_divergences": report["compound_divergences"],
             "random_compound_divergence": report["random_compound_divergence"],
             "ranking_direction": report["ranking_direction"], "windows": windows}
 
 
 class EvalSets:
-    """The evaluation sets of one process, loaded on first use per (parse pruning, regions per image)."""
+    """The evaluation sets of one process, loaded on first use per (parser, parse pruning, regions per image)."""
 
     def __init__(self, profile: StudyProfile, data: dict):
         self.profile, self.data = profile, data
@@ -203,28 +210,29 @@ class EvalSets:
             self._cache[key] = make()
         return self._cache[key]
 
-    def test(self, prune: float, max_regions: int):
+    def test(self, prune: float, max_regions: int, parser: str = STUDY_PARSER):
         from composer.evaluation.eval_sets import load_eval_data
 
-        return self._get(("test", prune, max_regions), lambda: load_eval_data(
+        return self._get(("test", parser, prune, max_regions), lambda: load_eval_data(
             "world", split="test", eval_images=self.profile.eval_images, max_regions=max_regions,
-            world_images=self.profile.world_images, world_split=self.profile.world_split, prune_probability=prune,
-            prune_seed=PRUNE_SEED))
+            world_images=self.profile.world_images, world_split=self.profile.world_split, parser=parser,
+            prune_probability=prune, prune_seed=PRUNE_SEED))
 
-    def split_file(self, path: str, num_images: int, prune: float, max_regions: int):
+    def split_file(self, path: str, num_images: int, prune: float, max_regions: int, parser: str = STUDY_PARSER):
         from composer.evaluation.eval_sets import load_eval_data
 
-        return self._get(("file", path, prune, max_regions), lambda: load_eval_data(
+        return self._get(("file", path, parser, prune, max_regions), lambda: load_eval_data(
             path, split="all", features=self.data["world"]["features"], eval_images=num_images,
-            max_regions=max_regions, parser=STUDY_PARSER, prune_probability=prune, prune_seed=PRUNE_SEED))
+            max_regions=max_regions, parser=parser, prune_probability=prune, prune_seed=PRUNE_SEED))
 
-    def hn_programs(self, prune: float) -> dict:
+    def hn_programs(self, prune: float, parser: str = STUDY_PARSER) -> dict:
         from composer.evaluation.hard_negatives import eval_pairs
         from composer.evaluation.text_pairs import programs_for_texts
 
         texts = [t for _, t in eval_pairs(self.hn_set)]
-        return self._get(("hn", prune), lambda: programs_for_texts(texts, parser_name=STUDY_PARSER,
-                                                                   prune_probability=prune, prune_seed=PRUNE_SEED))
+        return self._get(("hn", parser, prune), lambda: programs_for_texts(texts, parser_name=parser,
+                                                                           prune_probability=prune,
+                                                                           prune_seed=PRUNE_SEED))
 
 
 # ---------------------------------------------------------------------------- one run
@@ -233,7 +241,7 @@ def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecip
     overrides = dict(run.overrides)
     sizes: dict = {"seed": seed, "world_images": profile.world_images, "world_split": profile.world_split,
                    "eval_images": profile.eval_images, "num_workers": profile.num_workers,
-                   "prune_probability": run.prune, "prune_seed": PRUNE_SEED}
+                   "prune_probability": run.prune, "prune_seed": PRUNE_SEED, "parser": run.parser}
     if profile.max_regions is not None:
         sizes["max_regions"] = profile.max_regions
     if run.model in profile.presets:
@@ -335,7 +343,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     result = {"run": run.name, "model": run.model, "label": run.label, "seed": seed, "steps": int(trainer.global_step),
               "train_seconds": round(train_seconds, 1), "hardware": hardware_description(), "device": str(device),
               "num_parameters": int(sum(p.numel() for p in model.parameters())), "config": configs,
-              "prune": run.prune, "eval_seconds_by": {}}
+              "prune": run.prune, "parser": run.parser, "eval_seconds_by": {}}
     started = time.perf_counter()
 
     def timed(name, fn):
@@ -354,17 +362,17 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
         if "systematic" in result:  # the generalisation gap, per seed (the tables average it)
             result["gap"] = generalisation_gap(result["test"], result["systematic"])
         timed("twins", lambda: add_twin_scores(module, dm, result))
-    test = sets.test(run.prune, max_regions) if "phrase" in evals else None
+    test = sets.test(run.prune, max_regions, run.parser) if "phrase" in evals else None
     mcd = sets.data["mcd"]
     if "mcd" in evals:
-        split = sets.split_file(mcd["path"], mcd["num_images"], run.prune, max_regions)
+        split = sets.split_file(mcd["path"], mcd["num_images"], run.prune, max_regions, run.parser)
         result["mcd"] = {**timed("mcd", lambda: sentence_retrieval(model, tok, split, device=device, max_pairs=mp)),
                          "compound_divergence": mcd["compound_divergence"]}
     if "windows" in evals:
         def windows():
             rows = []
             for w in mcd["windows"]:
-                split = sets.split_file(w["path"], w["num_images"], run.prune, max_regions)
+                split = sets.split_file(w["path"], w["num_images"], run.prune, max_regions, run.parser)
                 rows.append({**{k: w[k] for k in ("target", "compound_divergence", "atom_divergence", "window_start")},
                              **sentence_retrieval(model, tok, split, device=device, max_pairs=mp)})
             return rows
@@ -375,7 +383,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
             test.image_ids, truth=test.truth, captions=test.captions, per_caption=profile.phrases_per_caption,
             seed=0, max_pairs=mp))
     if "hard_negatives" in evals:
-        programs = sets.hn_programs(run.prune)
+        programs = sets.hn_programs(run.prune, run.parser)
         result["hard_negatives"] = timed("hard_negatives", lambda: hard_negative_accuracy(
             model, tok, sets.hn_set, programs, dm.store, max_regions=max_regions, device=device, max_pairs=mp))
     if run.model in CLIP_FAMILY and profile.probe_steps > 0:
@@ -511,8 +519,10 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
         write_text_atomic(out / TABLES_DIR / f"{key}.md", text)
     head = (f"# Study results ({profile.name} profile)\n\nSeeds {seeds}; {len(found)} runs; "
             f"git {results['study']['git']}; "
-            f"{results['study']['hardware']}. MCD split: {data['mcd']['num_images']} images, compound divergence "
-            f"{data['mcd']['compound_divergence']} (random sets {data['mcd']['random_compound_divergence']}).\n"
+            f"{results['study']['hardware']}. MCD split: {data['mcd']['num_images']} images, "
+            f"{data['mcd'].get('compounds', 'template')} compound divergence {data['mcd']['compound_divergence']} "
+            f"(random sets {data['mcd']['random_compound_divergence']}; under every definition: "
+            f"{data['mcd'].get('compound_divergences', {})}).\n"
             + (f"\nMissing: {', '.join(results['study']['missing'])}.\n" if missing else "")
             + "".join(f"\nFailed: {k}: {v}\n" for k, v in failed.items()) + "\n")
     search_table = out / TABLES_DIR / "search.md"  # written by the recipe search, when there was one
