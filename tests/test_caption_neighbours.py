@@ -6,11 +6,11 @@ import pytest
 from composer.training.caption_neighbours import hard_caption_pool, nearest_other_group, sentence_embeddings
 
 
-def naive_nearest_other_group(emb: np.ndarray, groups: np.ndarray, k: int) -> np.ndarray:
-    """Every row sorted in full by (-similarity, index), own group removed, first k kept."""
+def naive_nearest_other_group(emb: np.ndarray, groups: np.ndarray, k: int, same=None) -> np.ndarray:
+    """Every row sorted in full by (-similarity, index), own group (and own label) removed, first k kept."""
     out = []
     for i in range(len(emb)):
-        cand = [j for j in range(len(emb)) if groups[j] != groups[i]]
+        cand = [j for j in range(len(emb)) if groups[j] != groups[i] and (same is None or same[j] != same[i])]
         cand.sort(key=lambda j: (-float(emb[i] @ emb[j]), j))
         out.append(cand[:k])
     return np.array(out, dtype=np.int64)
@@ -27,6 +27,28 @@ def test_nearest_other_group_matches_the_naive_reference(chunk):
     want = naive_nearest_other_group(emb, groups, 9)
     np.testing.assert_array_equal(got, want)
     assert all(groups[j] != groups[i] for i, row in enumerate(got) for j in row)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_rows_with_the_same_label_are_excluded_like_the_own_group(chunk):
+    rng = np.random.default_rng(1)
+    emb = rng.standard_normal((41, 5)).astype(np.float32)
+    groups = rng.integers(0, 9, size=41)
+    same = rng.integers(0, 25, size=41)           # identical texts, some on the same image, some not
+    emb[same == same[0]] = emb[0]                 # an identical text embeds identically: the nearest by far
+    got = nearest_other_group(emb, groups, 6, same=same, chunk=chunk)
+    np.testing.assert_array_equal(got, naive_nearest_other_group(emb, groups, 6, same=same))
+    assert all(same[j] != same[i] and groups[j] != groups[i] for i, row in enumerate(got) for j in row)
+    # k is clamped to the fewest candidates: row 0 excludes its group and its label (overlap counted once)
+    groups2, same2 = np.array([0, 0, 1, 2, 3]), np.array([0, 1, 0, 2, 3])
+    assert nearest_other_group(np.eye(5, dtype=np.float32), groups2, 100, same=same2).shape == (5, 2)
+
+
+def test_the_pool_never_holds_the_captions_own_text(tmp_path, monkeypatch):
+    monkeypatch.setenv("GC_CACHE_DIR", str(tmp_path))
+    texts = ["a red cube.", "A red  cube.", "a blue cube.", "a red ball", "a green cone"]
+    pool = hard_caption_pool(texts, np.array([0, 1, 2, 3, 4]), k=3)
+    assert pool.shape == (5, 3) and 1 not in pool[0] and 0 not in pool[1]
 
 
 def test_nearest_other_group_clamps_k_to_the_candidates_every_row_has():

