@@ -112,7 +112,10 @@ def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_ma
 
     Captions are taken a few at a time against as many images as fit, and each caption chunk is
     collated once: its text-only work (the Predicate Transformer over its templates) runs once per
-    image chunk -- once in all when all images fit in one chunk.
+    image chunk -- once in all when all images fit in one chunk. A dual encoder (a model with
+    ``cross_scores(regions, geometry, region_mask, sentences)``: VSE, the CLIP family) encodes every image
+    and every caption's sentence once and scores them all with one product, the same numbers as its
+    ``score_pairs`` (tested): pair-by-pair chunks would re-encode the images once per caption chunk.
 
     Args:
         model: a :class:`composer.modeling.composer.Composer` (anything with its ``score_pairs`` signature).
@@ -125,10 +128,17 @@ def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_ma
     from composer.program import ProgramBatch
 
     n_img, n_cap = regions.shape[0], len(programs)
+    started = time.perf_counter()
+    cross_scores = getattr(model, "cross_scores", None)
+    if callable(cross_scores):  # a dual encoder: each image and sentence encoded once
+        sentences = [p.texts[p.root] for p in programs]
+        out = cross_scores(regions, geometry, region_mask, sentences).float().cpu()    # (C, I)
+        seconds = time.perf_counter() - started
+        check_finite_scores(out.numpy(), captions=caption_labels, images=image_labels)
+        return RetrievalResult(out.numpy(), seconds, n_cap * n_img / max(seconds, 1e-9))
     out = torch.empty(n_cap, n_img)
     images_per_chunk = max(1, min(n_img, max_pairs))
     captions_per_chunk = max(1, max_pairs // images_per_chunk)
-    started = time.perf_counter()
     steps = math.ceil(n_cap / captions_per_chunk) * math.ceil(n_img / images_per_chunk)
     bar = tqdm(total=steps, desc="cross-scoring", unit="chunk", disable=not progress)
     device = regions.device

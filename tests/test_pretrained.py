@@ -327,3 +327,23 @@ def test_checkpoints_of_every_module_load_and_export(kind, tmp_path):
     region_dim = region_dim_of(loaded.config)
     np.testing.assert_array_equal(scores_of(loaded.model, loaded.tokenizer, region_dim),
                                   scores_of(module.model, module.tokenizer, region_dim))
+
+
+@pytest.mark.parametrize("name", ["vse", "clip", "codebook_clip"])
+def test_dual_encoders_score_the_matrix_at_once_with_the_numbers_of_score_pairs(name):
+    """score_matrix's dual-encoder path (cross_scores: each image and sentence encoded once) against the
+    pair-by-pair path every model has (score_pairs over every (caption, image) pair)."""
+    from composer.program import ProgramBatch
+
+    model = BUILDERS[name]().eval()
+    tokenizer = model.make_tokenizer()
+    region_dim = region_dim_of(model.config)
+    fast = scores_of(model, tokenizer, region_dim)                                    # (C, I) via cross_scores
+    regions, geometry, mask = visual(region_dim)
+    programs = ProgramBatch.collate([program(s, w) for s, w in CAPTIONS], tokenizer)
+    n_cap, n_img = len(CAPTIONS), regions.shape[0]
+    with torch.no_grad():
+        naive = model.score_pairs(regions, geometry, mask, programs, torch.arange(n_img).repeat(n_cap),
+                                  torch.arange(n_cap).repeat_interleave(n_img)).view(n_cap, n_img)
+    assert fast.shape == (n_cap, n_img)
+    np.testing.assert_allclose(fast, naive.numpy(), rtol=1e-5, atol=1e-5)

@@ -255,6 +255,16 @@ class VSE(PretrainedModel, nn.Module):
                              f"{self.config.visual.region_dim} (VSEConfig.visual.region_dim)")
         return F.normalize(self.image_encoder(regions, geometry, region_mask), dim=-1)
 
+    def cross_scores(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                     sentences: list[str], *, chunk: int = 1024) -> torch.Tensor:
+        """(C, I) cosine of every sentence against every image: each encoded once, ``chunk`` at a time
+        (:func:`composer.retrieval.score_matrix`'s dual-encoder path)."""
+        img = torch.cat([self.encode_images(regions[i:i + chunk], geometry[i:i + chunk], region_mask[i:i + chunk])
+                         for i in range(0, regions.shape[0], chunk)])                    # (I, E)
+        txt = torch.cat([self.encode_sentences(sentences[c:c + chunk])
+                         for c in range(0, len(sentences), chunk)])                      # (C, E)
+        return txt @ img.T.to(txt.device)                                                # (C, I)
+
     def score_pairs(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                     programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor) -> torch.Tensor:
         """(Q,) cosine of each (image, caption) pair, with ``Composer.score_pairs``'s signature.
