@@ -21,7 +21,7 @@ __all__ = ["CLIP_FAMILY", "MODELS", "PRESETS", "build_model", "check_model", "mo
 
 CLIP_FAMILY = ("clip", "codebook_clip", "il_clip")
 MODELS = ("composer", "vse", "flat", *CLIP_FAMILY)
-PRESETS = ("paper", "offline", "small", "tiny")
+PRESETS = ("paper", "offline", "small", "small-minilm", "tiny")  # composer.config.PRESETS; the CLIP family: paper, small, tiny
 
 
 def check_model(model: str) -> str:

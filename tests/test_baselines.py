@@ -284,3 +284,14 @@ def test_vse_end_to_end_on_a_tiny_world(tiny_world, tmp_path):
     assert set(test["sentence"]) == {"R@1", "R@5", "R@10"}
     assert test["sentence"]["R@1"] <= test["sentence"]["R@5"] <= test["sentence"]["R@10"] == 100.0  # <= 10 images
     assert (out / "checkpoints" / "last.ckpt").exists()
+
+
+def test_every_model_size_preset_is_selectable_on_the_command_line():
+    """--preset takes every preset COMPOSER, the flat model and VSE define (small-minilm was once missing)."""
+    from composer import config as composer_cfg
+    from composer.baselines.vse import VSE_PRESETS
+    from composer.factory import PRESETS
+
+    assert set(PRESETS) == set(composer_cfg.PRESETS) and set(VSE_PRESETS) <= set(PRESETS)
+    args = train_baseline.build_argparser().parse_args(["--model", "flat", "--preset", "small-minilm", "--out", "x"])
+    assert args.preset == "small-minilm"
