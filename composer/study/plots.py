@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from composer.study.tables import Row, seed_values, window_series
+from composer.study.tables import Row, mcd_compounds, seed_values, window_series
 
 __all__ = [
     "generation_starts",
@@ -119,8 +119,8 @@ def plot_r1_vs_cd(results: Mapping, rows: Sequence[Row], path: str | Path, *, me
               if p.cell.mean is not None]
     if chance and metric == "R@1":
         ax.axhline(float(np.mean(chance)), color="0.5", lw=0.8, ls=":", label="chance")
-    compounds = (((results.get("study") or {}).get("data") or {}).get("mcd") or {}).get("compounds", "template")
-    _finish(plt, fig, ax, path, xlabel=f"compound divergence of the evaluation split ({compounds} compounds)",
+    xlabel = f"compound divergence of the evaluation split ({mcd_compounds(results)} compounds)"
+    _finish(plt, fig, ax, path, xlabel=xlabel,
             ylabel=f"sentence-to-image {metric} (%)", title="R@1 across compound divergence (COMPOSER Fig. 4)",
             empty=None if drawn else "no window results")
 

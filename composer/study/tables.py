@@ -36,6 +36,7 @@ __all__ = [
     "TableSpec",
     "WindowPoint",
     "format_cell",
+    "mcd_compounds",
     "render_all",
     "render_table",
     "render_timing_table",
@@ -226,13 +227,21 @@ def window_series(results: Mapping, run: str, metric: str = "R@1") -> list[Windo
     return [WindowPoint(cd, summarize(v)) for cd, v in sorted(by_cd.items())]
 
 
+def mcd_compounds(results: Mapping) -> str:
+    """The compound definition the study's MCD split and windows were made for (``template`` when unrecorded).
+
+    >>> mcd_compounds({"study": {"data": {"mcd": {"compounds": "semantic"}}}}), mcd_compounds({})
+    ('semantic', 'template')
+    """
+    return (((results.get("study") or {}).get("data") or {}).get("mcd") or {}).get("compounds", "template")
+
+
 def render_window_table(results: Mapping, rows: Sequence[Row], metric: str = "R@1") -> str:
     """Figure 4 as a table: one line per window (its compound divergence), one column per model."""
     series = {row.run: {p.compound_divergence: p.cell for p in window_series(results, row.run, metric)}
               for row in rows}
     cds = sorted({cd for s in series.values() for cd in s})
-    compounds = (((results.get("study") or {}).get("data") or {}).get("mcd") or {}).get("compounds", "template")
-    header = [f"compound divergence ({compounds})"] + [row.label for row in rows]
+    header = [f"compound divergence ({mcd_compounds(results)})"] + [row.label for row in rows]
     lines = [f"### COMPOSER Figure 4: sentence {metric} against the compound divergence of the split", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for cd in cds:

