@@ -43,7 +43,7 @@ from composer.baselines.iterated_learning import (
     spawn,
     swap_two_words,
 )
-from composer.training.composer_module import OptimConfig, RetrievalModule
+from composer.training.composer_module import OptimConfig, RetrievalModule, fused_optimizer_supported
 
 __all__ = ["KINDS", "ClipModule", "ProbeCurve", "StepLoss"]
 
@@ -298,7 +298,7 @@ def _adamw(module: nn.Module, il: ILConfig, *, lr: float | None = None) -> torch
     no_decay = [p for p in params if p.ndim < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": il.weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr or il.lr, betas=il.betas, eps=il.eps)
+                             lr=lr or il.lr, betas=il.betas, eps=il.eps, fused=fused_optimizer_supported(params))
 
 
 def _sentences(batch: TrainBatch, captions) -> list[str]:
