@@ -248,6 +248,8 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
     results = json.loads((out / "results.json").read_text())
     study = results["study"]
     assert study["complete"] and study["seeds"] == [0] and study["git"] and study["hardware"]
+    trained_at = {r["git"] for e in results["runs"].values() for r in e["seeds"].values()}
+    assert study["run_gits"] == sorted(trained_at) and "unknown" not in trained_at  # each run records its commit
     assert set(results["runs"]) == set(PROFILES["smoke"].runs)
     for name, entry in results["runs"].items():
         r = entry["seeds"]["0"]

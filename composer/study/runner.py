@@ -341,7 +341,8 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     max_regions, mp = dm.cfg.max_regions, profile.max_pairs
     evals = profile.evals_for(run)
     result = {"run": run.name, "model": run.model, "label": run.label, "seed": seed, "steps": int(trainer.global_step),
-              "train_seconds": round(train_seconds, 1), "hardware": hardware_description(), "device": str(device),
+              "train_seconds": round(train_seconds, 1), "git": git_sha(), "hardware": hardware_description(),
+              "device": str(device),
               "num_parameters": int(sum(p.numel() for p in model.parameters())), "config": configs,
               "prune": run.prune, "parser": run.parser, "eval_seconds_by": {}}
     started = time.perf_counter()
@@ -490,6 +491,15 @@ def collect(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: list[
     return {name: found[name] for name in order if name in found}, missing, failed
 
 
+def run_commits(found: dict) -> list[str]:
+    """The commits the collected runs were trained at, sorted (``unknown`` for a result without one).
+
+    >>> run_commits({"a": {"seeds": {"0": {"git": "fc4bf8f"}, "1": {}}}, "b": {"seeds": {"0": {"git": "fc4bf8f"}}}})
+    ['fc4bf8f', 'unknown']
+    """
+    return sorted({r.get("git", "unknown") for e in found.values() for r in e["seeds"].values()})
+
+
 def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: list[int], data: dict,
                  wall_seconds: float) -> dict:
     """``results.json``, the tables and the plots from whatever runs have finished."""
@@ -503,7 +513,9 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
     results = {"study": {
         "profile": plain_config(profile), "profile_name": profile.name, "seeds": seeds, "runs": [r.name for r in runs],
         "complete": not missing, "missing": [f"{r} seed {s}" for r, s in missing], "failed": failed,
-        "git": git_sha(),
+        # the checkout the report was written from, and the ones the runs were trained at (a resumed study
+        # may span commits; runs from before runs recorded theirs count as "unknown")
+        "git": git_sha(), "run_gits": run_commits(found),
         "hardware": hardware_description(), "torch": torch.__version__, "python": platform.python_version(),
         "data": data, "recipes": read_chosen(out),
         "wall_seconds": {**previous.get("wall_seconds", {}),
@@ -518,7 +530,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
     for key, text in tables.items():
         write_text_atomic(out / TABLES_DIR / f"{key}.md", text)
     head = (f"# Study results ({profile.name} profile)\n\nSeeds {seeds}; {len(found)} runs; "
-            f"git {results['study']['git']}; "
+            f"git {results['study']['git']} (runs trained at {', '.join(results['study']['run_gits']) or '-'}); "
             f"{results['study']['hardware']}. MCD split: {data['mcd']['num_images']} images, "
             f"{data['mcd'].get('compounds', 'template')} compound divergence {data['mcd']['compound_divergence']} "
             f"(random sets {data['mcd']['random_compound_divergence']}; under every definition: "
