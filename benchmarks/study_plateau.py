@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     ap.add_argument("--schedules", default="32x300,16x600,64x150")
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--init", type=float, default=0.1, help="initializer_range of every random weight")
+    ap.add_argument("--preset", default=None, help="model size preset (default: the cpu profile's, small); "
+                    "small-minilm = the pretrained MiniLM text side")
     args = ap.parse_args(argv)
 
     from composer.study.config import get_profile, study_runs
@@ -67,7 +69,10 @@ def main(argv=None) -> int:
     data = json.loads(data_file.read_text())
     out = Path(args.out) if args.out else study / "plateau"
     base = get_profile("cpu")
-    print(f"{args.model}, lr {args.lr:g}, init {args.init:g}; load average at start {os.getloadavg()[0]:.1f}\n")
+    if args.preset:
+        base = replace(base, presets={**base.presets, args.model: args.preset})
+    print(f"{args.model} ({args.preset or 'the profile preset'}), lr {args.lr:g}, init {args.init:g}; "
+          f"load average at start {os.getloadavg()[0]:.1f}\n")
     print("| batch x steps | seed | val R@1 | train s | training match accuracy by twelfths of the run |")
     print("|---|---|---|---|---|")
     for batch, steps in parse_schedules(args.schedules):
@@ -76,7 +81,8 @@ def main(argv=None) -> int:
         run = replace(study_runs(base, [args.model])[0], evals=("val",),
                       overrides={"lr": args.lr, "model": {"text": {"initializer_range": args.init}}})
         for seed in map(int, args.seeds.split(",")):
-            run_dir = out / f"{args.model}_b{batch}x{steps}_lr{args.lr:g}_init{args.init:g}" / f"seed{seed}"
+            preset = f"_{args.preset}" if args.preset else ""
+            run_dir = out / f"{args.model}{preset}_b{batch}x{steps}_lr{args.lr:g}_init{args.init:g}" / f"seed{seed}"
             done = run_dir / "result.json"
             if done.exists():
                 result = json.loads(done.read_text())
