@@ -75,13 +75,13 @@ def main(argv=None) -> int:
           f"load average at start {os.getloadavg()[0]:.1f}\n")
     print("| batch x steps | seed | val R@1 | train s | training match accuracy by twelfths of the run |")
     print("|---|---|---|---|---|")
+    run = replace(study_runs(base, [args.model])[0], evals=("val",),
+                  overrides={"lr": args.lr, "model": {"text": {"initializer_range": args.init}}})
+    preset = f"_{args.preset}" if args.preset else ""
     for batch, steps in parse_schedules(args.schedules):
         profile = replace(base, schedules={**base.schedules, "composer": replace(
             base.schedules["composer"], steps=steps, batch_size=batch)})
-        run = replace(study_runs(base, [args.model])[0], evals=("val",),
-                      overrides={"lr": args.lr, "model": {"text": {"initializer_range": args.init}}})
         for seed in map(int, args.seeds.split(",")):
-            preset = f"_{args.preset}" if args.preset else ""
             run_dir = out / f"{args.model}{preset}_b{batch}x{steps}_lr{args.lr:g}_init{args.init:g}" / f"seed{seed}"
             done = run_dir / "result.json"
             if done.exists():

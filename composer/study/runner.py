@@ -504,7 +504,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
                  wall_seconds: float) -> dict:
     """``results.json``, the tables and the plots from whatever runs have finished."""
     from composer.study.plots import loss_curves, plot_il_loss, plot_probe, plot_r1_vs_cd, probe_curves
-    from composer.study.tables import FIGURE4_ROWS, Row, render_all
+    from composer.study.tables import FIGURE4_ROWS, Row, mcd_compounds, render_all
 
     found, missing, failed = collect(out, profile, runs, seeds)
     previous = {}
@@ -514,7 +514,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
         "profile": plain_config(profile), "profile_name": profile.name, "seeds": seeds, "runs": [r.name for r in runs],
         "complete": not missing, "missing": [f"{r} seed {s}" for r, s in missing], "failed": failed,
         # the checkout the report was written from, and the ones the runs were trained at (a resumed study
-        # may span commits; runs from before runs recorded theirs count as "unknown")
+        # may span commits; a result written before runs recorded their commit counts as "unknown")
         "git": git_sha(), "run_gits": run_commits(found),
         "hardware": hardware_description(), "torch": torch.__version__, "python": platform.python_version(),
         "data": data, "recipes": read_chosen(out),
@@ -532,7 +532,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
     head = (f"# Study results ({profile.name} profile)\n\nSeeds {seeds}; {len(found)} runs; "
             f"git {results['study']['git']} (runs trained at {', '.join(results['study']['run_gits']) or '-'}); "
             f"{results['study']['hardware']}. MCD split: {data['mcd']['num_images']} images, "
-            f"{data['mcd'].get('compounds', 'template')} compound divergence {data['mcd']['compound_divergence']} "
+            f"{mcd_compounds(results)} compound divergence {data['mcd']['compound_divergence']} "
             f"(random sets {data['mcd']['random_compound_divergence']}; under every definition: "
             f"{data['mcd'].get('compound_divergences', {})}).\n"
             + (f"\nMissing: {', '.join(results['study']['missing'])}.\n" if missing else "")
