@@ -48,6 +48,23 @@ def test_transformer_layer_self_attention_ignores_padding():
     torch.testing.assert_close(layer(x[1:2, :4], mask[1:2, :4])[0], out[1, :4])
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_packed_self_attention_matches_the_padded_layer(train):
+    """The fast path (real tokens only) against the plain padded layer: same states and same gradients."""
+    torch.manual_seed(0)
+    layer = TransformerLayer(D, 3, 40, dropout=0.0).train(train)
+    x = torch.randn(B, T, D, requires_grad=True)
+    mask = _pad_mask([6, 4, 1, 5, 3], T)
+    where = mask.flatten().nonzero()[:, 0]
+    reference = layer(x, mask)[mask]                                           # (N, D)
+    packed = layer.forward_packed(x.flatten(0, 1)[where], where, mask)         # (N, D)
+    torch.testing.assert_close(packed, reference, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(reference)
+    grads = [torch.autograd.grad((out * weights).sum(), [x, *layer.parameters()]) for out in (reference, packed)]
+    for g_ref, g_packed in zip(*grads):
+        torch.testing.assert_close(g_packed, g_ref, rtol=1e-4, atol=1e-5)
+
+
 def test_transformer_layer_becomes_cross_attention_with_encoder_states():
     torch.manual_seed(0)
     layer = TransformerLayer(D, 2, 40, encoder_size=DV, attention_size=18, dropout=0.0).eval()
@@ -139,6 +156,12 @@ def test_predicate_transformer_shapes_and_padding(cfg, tok):
     assert out.shape == (2, enc.ids.shape[1], D)
     alone = tok.encode_templates(["a [NN]"])
     torch.testing.assert_close(pt(alone.ids, alone.mask)[0], out[0, :alone.ids.shape[1]])
+    assert not out[~enc.mask].any()  # padding rows are zeros, not leftovers
+    # the padded reference: embeddings, then every layer over all slots
+    x = pt.embeddings(enc.ids)
+    for layer in pt.encoder.layer:
+        x = layer(x, enc.mask)
+    torch.testing.assert_close(out[enc.mask], x[enc.mask], rtol=1e-5, atol=1e-5)
 
 
 def test_offline_preset_loads_the_first_layers_of_the_minilm():

@@ -48,6 +48,34 @@ def test_the_predicate_transformer_loads_minilm_and_projects_to_the_model_width(
     assert pt.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("kind", ["composer", "vse"])
+def test_minilms_word_embeddings_train_as_in_the_paper_and_one_override_freezes_them(kind):
+    """Frozen: no gradient and no optimiser state for the 30,522 x 384 matrix (the paper fine-tunes it)."""
+    from composer.training.baseline_modules import VSEModule
+    from composer.training.composer_module import ComposerModule, OptimConfig
+
+    assert composer_config("small-minilm").pt_text.train_word_embeddings  # the paper's setting is the default
+    assert vse_config("small-minilm").text.train_word_embeddings
+    for train in (False, True):
+        if kind == "composer":
+            cfg = composer_config("small-minilm", visual={"region_dim": 16},
+                                  pt_text={"train_word_embeddings": train})
+            module = ComposerModule(cfg, OptimConfig())
+            words = module.model.predicate_transformer.embeddings.word_embeddings.weight
+        else:
+            cfg = vse_config("small-minilm", visual={"region_dim": 16}, text={"train_word_embeddings": train})
+            module = VSEModule(cfg, OptimConfig(use_mvsa=False, use_order=False))
+            words = module.model.text_encoder.embeddings.word_embeddings.weight
+        assert words.requires_grad == train
+        optimised = {id(p) for group in module.make_optimizer().param_groups for p in group["params"]}
+        assert (id(words) in optimised) == train
+        assert len(optimised) == sum(1 for p in module.parameters() if p.requires_grad)
+    with pytest.raises(ValueError, match="would stay random"):
+        composer_config("small", text={"train_word_embeddings": False})
+    with pytest.raises(ValueError, match="random word embeddings"):
+        vse_config("small", text={"train_word_embeddings": False})
+
+
 def test_without_pt_text_there_is_no_projection():
     model = Composer.from_config(composer_config("tiny"), load_pretrained=False)
     assert model.predicate_transformer.output_projection is None

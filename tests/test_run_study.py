@@ -320,6 +320,10 @@ def test_every_model_gets_the_same_search_budget_and_the_choice_is_the_best_val_
     assert choose_recipes(val, pts)["flat"]["run"] == pts[2].name
     assert choose_recipes({}, pts) == {}
     assert SearchPoint("clip", 1e-3).overrides() == {"lr": 1e-3}
+    # VSE with a pretrained text side: the init std reaches no random weight, so all six runs vary the lr
+    pretrained = search_grid("vse", "small-minilm")
+    assert len({p.lr for p in pretrained}) == GRID_SIZE and all(p.init is None for p in pretrained)
+    assert len({p.init for p in search_grid("flat", "small-minilm")}) == 2
 
 
 def test_smoke_search_then_study_trains_from_the_chosen_recipes(world_env, run_study):

@@ -89,6 +89,9 @@ class VSEConfig:
             self.tokenizer = self.text_model
         if self.text_layers < 0:
             raise ValueError(f"VSEConfig.text_layers={self.text_layers} must be >= 0")
+        if not self.text.train_word_embeddings and self.text_model is None:
+            raise ValueError("VSEConfig: text.train_word_embeddings=False with text_model None would freeze random "
+                             "word embeddings; load a checkpoint or train them")
         if self.embed_dim <= 0 or self.image_hidden_size <= 0:
             raise ValueError(f"VSEConfig: embed_dim and image_hidden_size must be positive, got "
                              f"{self.embed_dim}, {self.image_hidden_size}")

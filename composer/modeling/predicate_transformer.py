@@ -278,6 +278,7 @@ class PredicateTransformer(nn.Module):
         self.embeddings = TextEmbeddings(cfg)
         self.encoder = _Encoder(cfg, num_layers)
         self.apply(partial(init_bert_weights, std=cfg.initializer_range))
+        self.embeddings.word_embeddings.weight.requires_grad_(cfg.train_word_embeddings)
         self.embedding_projection = self.output_projection = None
         if out_size is not None and out_size != cfg.hidden_size:  # PyTorch's default init: fan-in scaled
             self.embedding_projection = _Projection(cfg.hidden_size, out_size, cfg.layer_norm_eps)
@@ -305,12 +306,16 @@ class PredicateTransformer(nn.Module):
             mask: (P, T) bool, True = real token (padding is never attended to).
 
         Returns:
-            (P, T, D) contextualised tokens; rows at padded positions are defined but meaningless.
+            (P, T, D) contextualised tokens; zeros at padded positions.
         """
-        x = self.embeddings(ids)  # (P, T, D_pt)
-        for layer in self.encoder.layer:
-            x = layer(x, mask)
-        return x if self.output_projection is None else self.output_projection(x)  # (P, T, D)
+        P, T = ids.shape
+        where = mask.flatten().nonzero()[:, 0]                          # (N,) the real tokens' flat positions
+        x = self.embeddings(ids).flatten(0, 1).index_select(0, where)  # (N, D_pt)
+        for layer in self.encoder.layer:  # token-wise work on the N real tokens only (TransformerLayer.forward_packed)
+            x = layer.forward_packed(x, where, mask)                    # (N, D_pt)
+        if self.output_projection is not None:
+            x = self.output_projection(x)                               # (N, D)
+        return x.new_zeros(P * T, x.shape[-1]).index_copy(0, where, x).view(P, T, -1)  # (P, T, D), 0 at padding
 
     def load_pretrained(self, name_or_path: str) -> None:
         """Copy the embeddings and first ``num_layers`` layers of a BERT checkpoint (local dir or hub name)."""

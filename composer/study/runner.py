@@ -555,11 +555,11 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
 SEARCH_DIR = "search"
 
 
-def search_points(runs: list[StudyRun]) -> list:
-    """The search grid of every model the runs train (composer/study/search.py)."""
+def search_points(runs: list[StudyRun], profile: StudyProfile) -> list:
+    """The search grid of every model the runs train, at the profile's preset (composer/study/search.py)."""
     from composer.study.search import search_grid
 
-    return [p for model in dict.fromkeys(r.model for r in runs) for p in search_grid(model)]
+    return [p for model in dict.fromkeys(r.model for r in runs) for p in search_grid(model, profile.presets.get(model))]
 
 
 def search_tasks(points: list) -> list[tuple[StudyRun, int]]:
@@ -650,7 +650,7 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
     study_data = prepare_data(profile, out) if not worker else json.loads(
         (out / "data" / "study_data.json").read_text())
     if search or search_only:
-        points = search_points(runs)
+        points = search_points(runs, profile)
         if worker and search_only:
             run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)
             return None

@@ -9,7 +9,9 @@ chance on COMPOSER's schedule, issue 17). Each main model gets :data:`GRID_SIZE`
   (``initializer_range``) at BERT's 0.02 and the ``small`` preset's 0.1;
 * the CLIP family (``clip``, ``codebook_clip``, ``il_clip``): its init is CLIP's width-scaled scheme (std
   ``width ** -0.5``, no free scale), so its six runs all go to the learning rate, from 1/5 to 10 times the
-  named recipe's.
+  named recipe's. So do VSE's with a pretrained text side (``small-minilm``, ``offline``): its only
+  BERT-initialised weights are then the loaded ones (its projection and image MLP take PyTorch's default
+  init), so the init std would change nothing and half the runs would be repeats.
 
 Every search run trains seed 0 only (the search budget is 6 runs per model, whatever the study's seeds),
 and is scored on the first ``eval_images`` images of the ``val`` split -- never a test set. The chosen
@@ -31,14 +33,14 @@ from typing import Any
 
 from composer.factory import CLIP_FAMILY
 
-__all__ = ["GRID_SIZE", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides", "named_lr",
-           "render_search_table", "search_grid"]
+__all__ = ["GRID_SIZE", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides", "init_is_searched",
+           "named_lr", "render_search_table", "search_grid"]
 
 GRID_SIZE = 6
 SEARCH_SEED = 0
 LR_FACTORS = (1 / 3, 1.0, 3.0)                       # x the named recipe's, for the BERT-style models
 INIT_STDS = (0.02, 0.1)                              # BERT's initializer_range; the small preset's
-CLIP_LR_FACTORS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)    # x the named recipe's, for the CLIP family
+CLIP_LR_FACTORS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)    # x the named recipe's, where no init std is searched
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,26 @@ def named_lr(model: str) -> float:
     return recipe.il.lr if recipe.il is not None else recipe.optim.lr
 
 
-def search_grid(model: str) -> list[SearchPoint]:
-    """The :data:`GRID_SIZE` configurations ``model`` is trained with (module docstring)."""
-    base = named_lr(model)
+def init_is_searched(model: str, preset: str | None = None) -> bool:
+    """Whether the init std (``text.initializer_range``) reaches a weight ``model`` trains from random init.
+
+    >>> [init_is_searched(m, p) for m, p in [("vse", "small"), ("vse", "small-minilm"), ("flat", "small-minilm")]]
+    [True, False, True]
+    """
     if model in CLIP_FAMILY:
+        return False
+    if model == "vse" and preset is not None:
+        from composer.factory import model_config
+
+        return model_config(model, preset).text_model is None
+    return True
+
+
+def search_grid(model: str, preset: str | None = None) -> list[SearchPoint]:
+    """The :data:`GRID_SIZE` configurations ``model`` (at ``preset``; None = its named recipe's) is trained
+    with (module docstring)."""
+    base = named_lr(model)
+    if not init_is_searched(model, preset):
         return [SearchPoint(model, _round(base * f)) for f in CLIP_LR_FACTORS]
     return [SearchPoint(model, _round(base * f), init) for f in LR_FACTORS for init in INIT_STDS]
 

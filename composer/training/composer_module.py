@@ -102,8 +102,8 @@ class RetrievalModule(L.LightningModule):
             dm.mark_trained(self.current_epoch, batch_idx)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        """Adam at the peak rate (the paper's); override for another optimiser."""
-        params = list(self.parameters())
+        """Adam at the peak rate (the paper's) over the trainable weights; override for another optimiser."""
+        params = [p for p in self.parameters() if p.requires_grad]  # frozen ones get no state (TextConfig)
         return torch.optim.Adam(params, lr=self.optim.lr, fused=fused_optimizer_supported(params))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
