@@ -260,6 +260,10 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
     assert results["runs"]["il_clip"]["seeds"]["0"]["probe"]["accuracy"]
     assert "generation" in results["runs"]["il_clip"]["seeds"]["0"]["train_curve"]
     assert results["runs"]["composer_prune50"]["seeds"]["0"]["config"]["data"]["prune_probability"] == 0.5
+    # the productivity set (the costliest cross-encoder evaluation) is scored for the main models only
+    assert {"systematic", "productivity"} <= set(composer) and "productivity" in results["runs"]["vse"]["seeds"]["0"]
+    assert "systematic" in results["runs"]["composer_prune50"]["seeds"]["0"]
+    assert "productivity" not in results["runs"]["composer_prune50"]["seeds"]["0"]
     assert "### COMPOSER Table 7" in (out / "tables.md").read_text()
     runs = results["runs"]
     spacy = runs["composer_spacy"]["seeds"]["0"]  # every CRG of the run from spaCy's parses, gold for the others
