@@ -151,5 +151,6 @@ def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchP
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {setting} |")
     lines += ["", "Each model: the same number of runs at the profile's steps and batch; lr = learning rate, init = "
               "the std of every randomly initialised weight (BERT-style models; the CLIP family uses CLIP's "
-              "width-scaled init). Scored on the val split only." + (f" Chance R@1: {chance:.1f}." if chance else "")]
+              "width-scaled init, and no random weight of a VSE with a pretrained text side reads it: six learning "
+              "rates instead). Scored on the val split only." + (f" Chance R@1: {chance:.1f}." if chance else "")]
     return "\n".join(lines) + "\n"
