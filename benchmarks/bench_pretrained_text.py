@@ -5,8 +5,8 @@
     python benchmarks/bench_pretrained_text.py --batch-size 64    # the study's cpu profile batch
 
 ``small-minilm`` is ``small`` (128-d, random init) after the packaged MiniLM's embeddings and first
-``pt_layers`` layers (384-d) with a projection to 128-d, its word embeddings frozen (the preset's
-default) or trained (the paper's setting). For COMPOSER, the flat model and VSE, every
+``pt_layers`` layers (384-d) with a projection to 128-d, its word embeddings trained (the paper's
+setting, the preset's default) or frozen (``train_word_embeddings=False``). For COMPOSER, the flat model and VSE, every
 variant's training step (forward + loss + backward + Adam, outside a Trainer, as
 benchmarks/bench_composer.py times them) runs on the same world batches, back to back, for ``--rounds``
 rounds; s / step is the median. Where the time goes: the share of the step's forward spent in the text

@@ -86,7 +86,6 @@ class _Attention(nn.Module):
         """``key_index`` (B,): ``keys`` (I, K, De) and ``key_mask`` (I, K) are shared, row b attending to
         ``keys[key_index[b]]``; they are projected once per row of ``keys`` and then gathered.
         ``own_keys`` (B, S, De) with ``own_mask`` (B, S): each row's own keys, placed before those."""
-        B, T, _ = hidden.shape
         q = self._heads(self.self.query(hidden))                 # (B, H, T, hs)
         k = self._heads(self.self.key(keys))                     # (B, H, K, hs), or (I, H, K, hs)
         v = self._heads(self.self.value(keys))                   # (B, H, K, hs), or (I, H, K, hs)
@@ -97,13 +96,19 @@ class _Attention(nn.Module):
             k = torch.cat([self._heads(self.self.key(own_keys)), k], dim=2)      # (B, H, S + K, hs)
             v = torch.cat([self._heads(self.self.value(own_keys)), v], dim=2)    # (B, H, S + K, hs)
             key_mask = torch.cat([own_mask, key_mask], dim=1)                    # (B, S + K)
+        return self.output(self.attend(q, k, v, key_mask), hidden)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               key_mask: torch.Tensor | None) -> torch.Tensor:
+        """(B, H, T, hs) queries over (B, H, K, hs) keys and values; ``key_mask`` (B, K), True = attend.
+        Returns the (B, T, H * hs) context; the one attention call of :meth:`forward` and the packed path."""
+        B, _, T, _ = q.shape
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, K), True = attend
         with _short_sequence_kernel(q.device, T, k.shape[2]):
             ctx = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0,
                 scale=1.0 / math.sqrt(self.head_size))           # (B, H, T, hs)
-        ctx = ctx.transpose(1, 2).reshape(B, T, self.num_heads * self.head_size)  # (B, T, H * hs)
-        return self.output(ctx, hidden)
+        return ctx.transpose(1, 2).reshape(B, T, self.num_heads * self.head_size)  # (B, T, H * hs)
 
 
 CPU_MATH_ATTENTION_MAX_LENGTH = 128
@@ -202,11 +207,7 @@ class TransformerLayer(nn.Module):
         qkv = torch.cat([att.self.query(tokens), att.self.key(tokens), att.self.value(tokens)], dim=-1)  # (N, 3A)
         padded = qkv.new_zeros(B * T, qkv.shape[-1]).index_copy(0, where, qkv).view(B, T, -1)       # (B, T, 3A)
         q, k, v = (att._heads(x) for x in padded.chunk(3, dim=-1))                                      # (B, H, T, hs)
-        with _short_sequence_kernel(q.device, T, T):
-            ctx = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask[:, None, None, :], dropout_p=att.attention_dropout if self.training else 0.0,
-                scale=1.0 / math.sqrt(att.head_size))                                                   # (B, H, T, hs)
-        ctx = ctx.transpose(1, 2).reshape(B * T, -1).index_select(0, where)                             # (N, A)
+        ctx = att.attend(q, k, v, mask).reshape(B * T, -1).index_select(0, where)                       # (N, A)
         attended = att.output(ctx, tokens)                                                              # (N, D)
         return self.output(self.intermediate(attended), attended)
 
