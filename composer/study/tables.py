@@ -378,8 +378,12 @@ FIGURE4_ROWS = (Row("COMPOSER", "composer"), Row("Flat (ViLBERT-style)", "flat")
 
 
 def render_all(results: Mapping) -> dict[str, str]:
-    """Every table as Markdown, keyed by file stem (``composer_table2`` ... ``composer_figure4``, ``timings``)."""
+    """Every table as Markdown, keyed by file stem (``composer_table2`` ... ``composer_figure4``, ``timings``,
+    ``il_generations``)."""
     out = {spec.key: render_table(spec, results) for spec in TABLES}
     out["composer_figure4"] = render_window_table(results, FIGURE4_ROWS)
     out["timings"] = render_timing_table(results)
+    from composer.study.generations import render_generation_table  # built on this module's cells
+
+    out["il_generations"] = render_generation_table(results)
     return out
