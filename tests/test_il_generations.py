@@ -73,3 +73,13 @@ def test_generation_table_reads_every_seed_and_the_baseline_at_the_same_step():
     assert "il_generations" in render_all(results)
     empty = render_generation_table({"runs": {}})
     assert "| – |" in empty
+
+
+def test_the_probe_learning_rate_is_one_setting_of_the_profile_for_every_model():
+    from dataclasses import replace
+
+    from composer.study.config import PROFILES
+
+    assert {p.probe_lr for p in PROFILES.values()} == {5e-4}  # not each model's searched rate
+    with pytest.raises(ValueError, match="probe_lr"):
+        replace(PROFILES["cpu"], probe_lr=0.0)

@@ -247,6 +247,9 @@ class StudyProfile:
         hn_images: test images whose captions get hard negatives; hn_per_type: negatives per caption and
             type; hn_distractors: text-to-image distractor images per caption.
         probe_steps: updates of the easy-to-learn probe (IL-CLIP §4.4) on the CLIP family.
+        probe_lr: the probe's learning rate, the same for every model (the CLIP family's named one,
+            ``ILConfig.lr``): the probe compares vision agents, so it must not inherit each model's searched
+            learning rate (a faster-learning probe at a higher rate would pass for an easier-to-learn agent).
         max_pairs: (image, text) pairs per scoring call.
         log_every_n_steps: training-curve resolution (the IL-CLIP loss figure).
         runs: run names (:data:`RUNS`) in the order they train.
@@ -278,6 +281,7 @@ class StudyProfile:
     mcd_candidate_splits: tuple[str, ...] = ("val", "test")
     mcd_compounds: str = "semantic"
     max_pairs: int = 4096
+    probe_lr: float = 5e-4
     log_every_n_steps: int = 1
     seeds: tuple[int, ...] = (0, 1, 2)
     ablation_seeds: int | None = None
@@ -299,9 +303,9 @@ class StudyProfile:
                  "num_windows": self.num_windows, "phrases_per_caption": self.phrases_per_caption,
                  "hn_images": self.hn_images, "hn_per_type": self.hn_per_type, "max_pairs": self.max_pairs}
         bad = {k: v for k, v in sizes.items() if v < 1}
-        if bad or self.probe_steps < 0 or self.hn_distractors < 0:
-            raise ValueError(f"profile {self.name!r}: sizes must be >= 1 (probe_steps, hn_distractors >= 0), "
-                             f"got {bad or (self.probe_steps, self.hn_distractors)}")
+        if bad or self.probe_steps < 0 or self.hn_distractors < 0 or self.probe_lr <= 0:
+            raise ValueError(f"profile {self.name!r}: sizes must be >= 1 (probe_steps, hn_distractors >= 0, "
+                             f"probe_lr > 0), got {bad or (self.probe_steps, self.hn_distractors, self.probe_lr)}")
 
     def evals_for(self, run: StudyRun) -> tuple[str, ...]:
         if not self.full_eval or run.evals == ("val",):  # a recipe-search run is scored on val only

@@ -389,7 +389,8 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
             model, tok, sets.hn_set, programs, dm.store, max_regions=max_regions, device=device, max_pairs=mp))
     if run.model in CLIP_FAMILY and profile.probe_steps > 0:
         def probe():
-            curve = module.easy_to_learn_probe(_cycle(dm.train_dataloader()), steps=profile.probe_steps, seed=0)
+            curve = module.easy_to_learn_probe(_cycle(dm.train_dataloader()), steps=profile.probe_steps,
+                                               lr=profile.probe_lr, seed=0)
             return {"accuracy": curve.accuracy, "text_to_image": curve.text_to_image, "loss": curve.loss}
         result["probe"] = timed("probe", probe)
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
