@@ -83,3 +83,11 @@ def test_the_probe_learning_rate_is_one_setting_of_the_profile_for_every_model()
     assert {p.probe_lr for p in PROFILES.values()} == {5e-4}  # not each model's searched rate
     with pytest.raises(ValueError, match="probe_lr"):
         replace(PROFILES["cpu"], probe_lr=0.0)
+
+
+def test_tables_of_runs_the_study_does_not_plan_are_left_out():
+    clip_only = {"study": {"runs": ["clip", "il_clip"]}, "runs": {}}
+    keys = set(render_all(clip_only))
+    assert {"il_table1", "il_table4", "composer_table2", "il_generations"} <= keys  # each has a CLIP-family row
+    assert "composer_table3" not in keys and "composer_table7" not in keys
+    assert "composer_table3" in render_all({"runs": {}})  # no plan recorded: every table

@@ -21,7 +21,7 @@ Profiles (:data:`PROFILES`): ``smoke`` (tests: a tiny world, a few steps, ``tiny
 ``offline`` presets, i.e. PT 6 / CT 5 with the Predicate Transformer initialised from MiniLM, 1,000
 test images x 5,000 captions, 20 epochs of the paper's schedule, 16 compound-divergence windows of
 1,000 images; untimed), ``cpu_il`` (IL-CLIP's claim on 2 cores: the CLIP family alone, 910 steps with
-150-step generations, in about 35 minutes; the cpu profile's 170 steps are too short for it).
+150-step generations: 39 minutes on 2 cores, 52 more for its search; the cpu profile's 170 steps are too short for it).
 
 >>> [r.name for r in study_runs(PROFILES["cpu"])][:3]
 ['composer', 'vse', 'flat']
