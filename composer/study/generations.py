@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import fmean
 
 from composer.study.tables import MISSING, Row, format_cell, seed_values, summarize
 
@@ -52,10 +53,6 @@ class GenerationRecovery:
     interact_steps: int
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
 def generation_recovery(curve: Mapping, window: int = 10) -> list[GenerationRecovery]:
     """Each spawned generation's recovery on one seed's curve (empty for a curve without generations).
 
@@ -79,15 +76,15 @@ def generation_recovery(curve: Mapping, window: int = 10) -> list[GenerationReco
     for g in sorted(by_gen):
         if g == 0 or g - 1 not in by_gen:
             continue
-        reference = _mean([v for _, v in by_gen[g - 1][-window:]])
+        reference = fmean([v for _, v in by_gen[g - 1][-window:]])
         points = by_gen[g]
         values = [v for _, v in points]
         recovered = None
         for i in range(window - 1, len(points)):
-            if _mean(values[i - window + 1:i + 1]) <= reference:
+            if fmean(values[i - window + 1:i + 1]) <= reference:
                 recovered = points[i][0] - points[0][0] + 1
                 break
-        out.append(GenerationRecovery(g, reference, recovered, _mean(values[-window:]),
+        out.append(GenerationRecovery(g, reference, recovered, fmean(values[-window:]),
                                       points[-1][0] - points[0][0] + 1))
     return out
 
@@ -105,7 +102,7 @@ def loss_at(curve: Mapping, step: int, window: int = 10) -> float | None:
     """
     values = [float(v) for s, v in zip(curve.get("step") or [], curve.get("contrastive") or [])
               if s <= step and v is not None]
-    return _mean(values[-window:]) if values else None
+    return fmean(values[-window:]) if values else None
 
 
 def _final_steps(curve: Mapping) -> dict[int, int]:
@@ -124,10 +121,12 @@ def render_generation_table(results: Mapping, rows: Sequence[Row] = GENERATION_R
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     found = False
     for row in rows:
-        curves = [c for c in seed_values(results, row.run, ("train_curve",)) if generation_recovery(c, window)]
-        if not curves:
+        recovered = [(c, generation_recovery(c, window)) for c in seed_values(results, row.run, ("train_curve",))]
+        recovered = [(c, rs) for c, rs in recovered if rs]
+        if not recovered:
             continue
-        per_seed = [generation_recovery(c, window) for c in curves]
+        curves, per_seed = [c for c, _ in recovered], [rs for _, rs in recovered]
+        ends = [_final_steps(c) for c in curves]  # per seed: generation -> its last logged step
         found = True
         t_interact = _t_interact(results, row.run)
         for g in sorted({r.generation for rs in per_seed for r in rs}):
@@ -138,8 +137,8 @@ def render_generation_table(results: Mapping, rows: Sequence[Row] = GENERATION_R
             cells = [row.label, str(g), format_cell(summarize([r.reference for r in recs]), digits=2), steps,
                      f"{len(within)} / {len(recs)}", format_cell(summarize([r.final for r in recs]), digits=2)]
             if baseline:
-                base = [loss_at(base_curves[c.get("seed")], _final_steps(c)[g], window) for c in curves
-                        if c.get("seed") in base_curves and g in _final_steps(c)]
+                base = [loss_at(base_curves[c.get("seed")], end[g], window) for c, end in zip(curves, ends)
+                        if c.get("seed") in base_curves and g in end]
                 cells.append(format_cell(summarize([b for b in base if b is not None]), digits=2))
             lines.append("| " + " | ".join(cells) + " |")
     if not found:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from composer.study.generations import DISTILL_PHASE
 from composer.study.tables import Row, mcd_compounds, seed_values, window_series
 
 __all__ = [
@@ -139,7 +140,7 @@ def plot_il_loss(curves: Sequence[Mapping], path: str | Path, *, key: str = "con
         values = np.asarray([np.nan if v is None else v for v in curve.get(key) or curve["loss"]], dtype=np.float64)
         phase = curve.get("phase")
         if phase is not None:  # distillation (phase 1) trains another loss: leave a gap
-            values = np.where(np.asarray([p == 1 for p in phase]), np.nan, values)
+            values = np.where(np.asarray([p == DISTILL_PHASE for p in phase]), np.nan, values)
         ax.plot(steps, values, lw=1.0, color=f"C{k}", alpha=0.85, label=f"seed {curve.get('seed', k)}",
                 marker="o" if len(steps) < 60 else None, ms=3)
         if curve.get("generation"):
