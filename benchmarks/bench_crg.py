@@ -83,7 +83,8 @@ def main() -> int:
 
     corpus = read_corpus(args.captions).select(args.split)
     texts = [normalize_caption(c) for _, _, c in corpus.iter_captions()][: args.sample]
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"python {platform.python_version()}")
     parser = SpacyParser()
     parser.parse_texts(texts[:200])  # warm up
     t0 = time.perf_counter()
@@ -94,7 +95,8 @@ def main() -> int:
     for b in bracketed:
         extract_concepts(Tree.fromstring(b))
     extract_s = time.perf_counter() - t0
-    print(f"parsing (spaCy + PTB conversion), 1 process: {len(texts) / parse_s:8.0f} captions/s  ({len(texts)} captions)")
+    print(f"parsing (spaCy + PTB conversion), 1 process: {len(texts) / parse_s:8.0f} captions/s  "
+          f"({len(texts)} captions)")
     print(f"extraction (read tree + Appendix A), 1 process: {len(texts) / extract_s:8.0f} captions/s")
     if args.skip_full:
         return 0
@@ -108,7 +110,7 @@ def main() -> int:
         print(f"full build, empty cache: {stats['num_captions']} captions in {wall:.1f} s wall "
               f"({stats['num_captions'] / wall:.0f} captions/s), peak memory {peak / 2**30:.2f} GiB "
               f"(all processes)")
-        wall2, peak2, _ = run_and_watch(cmd, env)
+        wall2, peak2, _ = run_and_watch(cmd + ["--overwrite"], env)
         print(f"rebuild from the parse cache: {wall2:.1f} s wall, peak memory {peak2 / 2**30:.2f} GiB")
         print(json.dumps({k: stats[k] for k in ("num_concepts", "num_predicates", "num_primitives", "avg_height")}))
     return 0

@@ -8,12 +8,14 @@ Bad captions are counted per reason and reported, never dropped silently.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import multiprocessing as mp
 import os
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -24,7 +26,7 @@ from tqdm.auto import tqdm
 from crg.caption_filter import caption_problem, normalize_caption
 from crg.corpus import Corpus
 from crg.extract import PRIMITIVE, extract_concepts, prune_tree
-from crg.graph import ConceptGraph, GraphBuilder
+from crg.graph import ConceptGraph, GraphBuilder, GraphPart
 from crg.parse_cache import ParseCache
 from crg.parser_base import ConstituencyParser
 
@@ -82,16 +84,16 @@ def _worker_parser() -> ConstituencyParser:
     return _WORKER_PARSER
 
 
-def _parse_with(parser: ConstituencyParser, texts: list[str]) -> list[str | None]:
-    """Bracketed trees for ``texts``; a sentence the parser fails on gives ``None``, not a crash."""
+def _parse_with(parser: ConstituencyParser, texts: list[str]) -> list[Tree | None]:
+    """Trees for ``texts``; a sentence the parser fails on gives ``None``, not a crash."""
     try:
-        return [t.pformat(margin=10**9) for t in parser.parse_texts(texts)]
+        return list(parser.parse_texts(texts))
     except Exception as err:  # one bad sentence must not sink the chunk: retry one by one
         logger.debug("chunk failed (%s); parsing its %d sentences one by one", err, len(texts))
         out = []
         for text in texts:
             try:
-                out.append(parser.parse_texts([text])[0].pformat(margin=10**9))
+                out.append(parser.parse_texts([text])[0])
             except Exception as one_err:
                 logger.warning("parser failed on %r: %s", text[:120], one_err)
                 out.append(None)
@@ -109,28 +111,83 @@ def _analyze_chunk(payload: tuple) -> list[tuple[str | None, object, bool]]:
 
     ``payload`` is ``(texts, cached_trees, (prune_probability, prune_seed))``; with a probability > 0 the
     concepts come from a pruned copy of each parse (Table 7), while the bracketed tree returned (and
-    cached) stays the parser's own.
+    cached) stays the parser's own. A new parse is extracted from the parser's tree itself, a cached one
+    from its bracketed string: the same concepts (``tests/test_build.py`` checks the round trip).
     """
     texts, cached, (prune_p, prune_seed) = payload
     todo = [k for k, tree in enumerate(cached) if tree is None]
-    trees = list(cached)
+    parsed: dict[int, Tree | None] = {}
     if todo:
-        for k, tree in zip(todo, _parse_with(_worker_parser(), [texts[k] for k in todo])):
-            trees[k] = tree
+        parsed = dict(zip(todo, _parse_with(_worker_parser(), [texts[k] for k in todo])))
     out = []
-    for k, bracketed in enumerate(trees):
+    for k, bracketed in enumerate(cached):
         root = None
-        if bracketed is not None:
-            try:
+        try:
+            if bracketed is None:
+                tree = parsed[k]
+                bracketed = None if tree is None else tree.pformat(margin=10**9)
+            else:
                 tree = Tree.fromstring(bracketed)
+            if tree is not None:
                 if prune_p > 0:
                     tree = prune_tree(tree, prune_p, pruning_rng(prune_seed, texts[k]))
                 root = extract_concepts(tree)
-            except ValueError as err:  # a malformed cached or pre-parsed tree
-                logger.warning("cannot read the tree of %r: %s", texts[k][:120], err)
-                bracketed = None
+        except ValueError as err:  # a malformed cached or pre-parsed tree
+            logger.warning("cannot read the tree of %r: %s", texts[k][:120], err)
+            bracketed = None
         out.append((bracketed, root, cached[k] is None))
     return out
+
+
+@dataclass
+class ChunkResult:
+    """One chunk of a build, as a worker sends it back: flat tables, cheap to pickle (no concept trees)."""
+
+    part: GraphPart                   # the chunk's used captions, with the chunk's own ids
+    fresh: list[tuple[str, str]]      # (text, bracketed tree) of every caption parsed now: for the cache
+    failed: list[int]                 # positions in the chunk of the captions with no usable parse
+    dump: str                         # the captions.jsonl lines of the used captions ("" without a dump)
+    num_from_cache: int
+
+
+def _build_chunk(payload: tuple) -> ChunkResult:
+    """:func:`_analyze_chunk`, then the chunk's graph part (and dump lines) on the worker.
+
+    ``payload`` is ``(captions, cached_trees, prune, dump)`` with ``captions`` a list of ``(image_index,
+    caption_index, image_id, text)``.
+    """
+    captions, cached, prune, dump = payload
+    with _gc_paused():
+        results = _analyze_chunk(([c[3] for c in captions], cached, prune))
+        builder = GraphBuilder([], [])
+        fresh, failed, lines = [], [], []
+        for k, ((i, j, image_id, text), (bracketed, root, new)) in enumerate(zip(captions, results)):
+            if new and bracketed is not None:
+                fresh.append((text, bracketed))
+            if root is None:
+                failed.append(k)
+                continue
+            builder.add_caption(i, j, text, root)
+            if dump:
+                lines.append(json.dumps(caption_record(image_id, text, bracketed, root), ensure_ascii=False) + "\n")
+        return ChunkResult(builder.part(), fresh, failed, "".join(lines), sum(1 for c in cached if c is not None))
+
+
+@contextmanager
+def _gc_paused():
+    """No cyclic garbage collection inside the block (reference counting still frees everything else).
+
+    Why: a chunk allocates some 10^5 short-lived objects (spaCy docs, trees, concept nodes), and each
+    allocation burst set off a collection that also walked the parser's long-lived objects: a fifth
+    of a worker's time (docs/parsing.md, Speed). The block's few cycles are collected when it ends.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def analyze_captions(texts: Sequence[str], parser: ConstituencyParser, *, cache: ParseCache | None = None,
@@ -152,12 +209,7 @@ def analyze_captions(texts: Sequence[str], parser: ConstituencyParser, *, cache:
     global _WORKER_PARSER
     key = parser.cache_key()
     texts = list(texts)
-    cached: dict[str, str] = {}
-    if cache is not None:
-        distinct = list(dict.fromkeys(texts))
-        for start in range(0, len(distinct), 50_000):
-            chunk = distinct[start:start + 50_000]
-            cached.update((t, tree) for t, tree in zip(chunk, cache.get_many(key, chunk)) if tree is not None)
+    cached = _cached_trees(texts, cache, key)
     prune = (float(prune_probability), int(prune_seed))
     payloads = [(texts[i:i + chunk_size], [cached.get(t) for t in texts[i:i + chunk_size]], prune)
                 for i in range(0, len(texts), chunk_size)]
@@ -198,30 +250,50 @@ def _consume(results, payloads, cache, key, report, bar):
 def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache | None = None,
               n_process: int = 1, parser_spec: tuple | None = None, dump_path: str | Path | None = None,
               progress: bool = True, max_words: int = 100, prune_probability: float = 0.0,
-              prune_seed: int = 0) -> tuple[ConceptGraph, BuildReport]:
+              prune_seed: int = 0, chunk_size: int = 1000) -> tuple[ConceptGraph, BuildReport]:
     """Build the CRG of every caption of ``corpus`` (select splits first with ``corpus.select``).
 
     ``dump_path`` writes one JSON line per used caption (see :func:`caption_record`).
     ``prune_probability`` / ``prune_seed``: build from degraded parses (see :func:`analyze_captions`).
+
+    Captions go in chunks of ``chunk_size`` to ``n_process`` worker processes, which parse (where the
+    cache has no tree), extract, and send back each chunk as a :class:`~crg.graph.GraphPart`; this process
+    merges the parts in corpus order (the graph of adding every caption in order), writes new trees to
+    the cache chunk by chunk (a killed build resumes where it stopped) and the dump.
     """
+    if not 0.0 <= prune_probability <= 1.0:
+        raise ValueError(f"prune_probability must lie in [0, 1], got {prune_probability}")
+    global _WORKER_PARSER
     report = BuildReport()
     todo = usable_captions(corpus, report, max_words=max_words)
     builder = GraphBuilder([im.image_id for im in corpus.images], [im.split for im in corpus.images])
+    key = parser.cache_key()
+    cached = _cached_trees([t for _, _, t in todo], cache, key)
+    prune = (float(prune_probability), int(prune_seed))
+    payloads = []
+    for start in range(0, len(todo), chunk_size):
+        rows = todo[start:start + chunk_size]
+        payloads.append(([(i, j, corpus.images[i].image_id, t) for i, j, t in rows],
+                         [cached.get(t) for _, _, t in rows], prune, dump_path is not None))
+    del cached
     dump = _open_atomic(dump_path) if dump_path else None
+    started = time.perf_counter()
+    bar = tqdm(total=len(todo), desc=f"parsing + extracting ({parser.name})", unit="cap", disable=not progress)
+    _WORKER_PARSER = parser  # forked workers inherit it; spawned ones rebuild it from parser_spec
     try:
-        results = analyze_captions([t for _, _, t in todo], parser, cache=cache, n_process=n_process,
-                                   parser_spec=parser_spec, progress=progress, report=report,
-                                   prune_probability=prune_probability, prune_seed=prune_seed)
-        for (i, j, text), (bracketed, root) in zip(todo, results):
-            if root is None:
-                report.skip("parse_failed", corpus.images[i].image_id, j, text)
-                continue
-            builder.add_caption(i, j, text, root)
-            report.num_used += 1
-            if dump is not None:
-                rec = caption_record(corpus.images[i].image_id, text, bracketed, root)
-                dump.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        can_fork = "fork" in mp.get_all_start_methods()
+        if n_process > 1 and len(payloads) > 1 and (can_fork or parser_spec is not None):
+            ctx = mp.get_context("fork" if can_fork else None)
+            with ctx.Pool(n_process, initializer=_init_worker, initargs=(parser_spec,)) as pool:
+                for payload, chunk in zip(payloads, pool.imap(_build_chunk, payloads)):
+                    _merge_chunk(payload, chunk, builder, report, cache, key, dump, bar)
+        else:
+            for payload in payloads:
+                _merge_chunk(payload, _build_chunk(payload), builder, report, cache, key, dump, bar)
     finally:
+        _WORKER_PARSER = None
+        bar.close()
+        report.parse_seconds += time.perf_counter() - started
         if dump is not None:
             dump.close()
     if dump is not None:
@@ -230,9 +302,36 @@ def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache |
         logger.warning("skipped %d of %d captions: %s (first examples in the report)",
                        sum(report.skipped.values()), report.num_captions, report.skipped)
     started = time.perf_counter()
-    graph = builder.build(meta=graph_meta(corpus, parser.cache_key(), report, prune_probability, prune_seed))
+    graph = builder.build(meta=graph_meta(corpus, key, report, prune_probability, prune_seed))
     report.extract_seconds = time.perf_counter() - started
     return graph, report
+
+
+def _cached_trees(texts: list[str], cache: ParseCache | None, key: str) -> dict[str, str]:
+    cached: dict[str, str] = {}
+    if cache is not None:
+        distinct = list(dict.fromkeys(texts))
+        for start in range(0, len(distinct), 50_000):
+            chunk = distinct[start:start + 50_000]
+            cached.update((t, tree) for t, tree in zip(chunk, cache.get_many(key, chunk)) if tree is not None)
+    return cached
+
+
+def _merge_chunk(payload: tuple, chunk: ChunkResult, builder: GraphBuilder, report: BuildReport,
+                 cache: ParseCache | None, key: str, dump, bar) -> None:
+    captions = payload[0]
+    if cache is not None and chunk.fresh:
+        cache.put_many(key, chunk.fresh)
+    for k in chunk.failed:
+        i, j, image_id, text = captions[k]
+        report.skip("parse_failed", image_id, j, text)
+    builder.add_part(chunk.part)
+    report.num_used += len(chunk.part.captions)
+    report.num_from_cache += chunk.num_from_cache
+    report.num_parsed += len(captions) - chunk.num_from_cache
+    if dump is not None:
+        dump.write(chunk.dump)
+    bar.update(len(captions))
 
 
 def usable_captions(corpus: Corpus, report: BuildReport, *, max_words: int = 100) -> list[tuple[int, int, str]]:

@@ -114,10 +114,6 @@ def concept_text(words: list[str]) -> str:
     return " ".join(unescape_ptb_word(w).lower() for w in words)
 
 
-def _positions(tree: Tree) -> list[tuple[str, str]]:
-    return tree.pos()
-
-
 def extract_concepts(tree: Tree) -> ConceptNode:
     """Decompose a caption's tree into its concept tree (Appendix A).
 
@@ -134,77 +130,95 @@ def extract_concepts(tree: Tree) -> ConceptNode:
     """
     if tree.label() == "TOP" and len(tree) == 1 and isinstance(tree[0], Tree):
         tree = tree[0]
-    pos = tree.pos()
-    if not pos:
+    sentence = _Sentence(tree)
+    n = len(sentence.tags)
+    if not n:
         raise ValueError("cannot extract concepts from an empty tree")
-    spans = _constituent_spans(tree)
-    words = [w for w, _ in pos]
-    tags = [t for _, t in pos]
-    content = [i for i, t in enumerate(tags) if t not in PUNCT_TAGS]
-    root = ConceptNode(
-        text=concept_text([words[i] for i in content]),
-        label=tree.label(), kind=SENTENCE, start=0, end=len(words))
-    _decompose(root, tree, spans, words, tags)
+    root = ConceptNode(text=sentence.text(0, n), label=tree.label(), kind=SENTENCE, start=0, end=n)
+    _decompose(root, tree, sentence)
     return root
 
 
-def _constituent_spans(tree: Tree) -> dict[int, tuple[int, int]]:
-    """Token span of every subtree, keyed by ``id(subtree)``."""
-    spans: dict[int, tuple[int, int]] = {}
+class _Sentence:
+    """A tree's words with running counts, so each "how many content words in [start, end)" is O(1).
 
-    def walk(node, start: int) -> int:
-        if isinstance(node[0], str):
-            spans[id(node)] = (start, start + 1)
-            return start + 1
-        end = start
+    Why: the search asks it of every node it visits; counting by scanning the span made the
+    extraction quadratic in the sentence length.
+    """
+
+    def __init__(self, tree: Tree):
+        self.spans: dict[int, tuple[int, int]] = {}   # id(subtree) -> its token span
+        self.preterminals: set[int] = set()            # id() of the subtrees over one word
+        pos: list[tuple[str, str]] = []
+        self._walk(tree, pos)
+        self.tags = [t for _, t in pos]
+        self.content = [i for i, t in enumerate(self.tags) if t not in PUNCT_TAGS]
+        self.text_words = [unescape_ptb_word(w).lower() for w, _ in pos]       # as concept_text writes them
+        self.template_words = [unescape_ptb_word(w.lower()) for w, _ in pos]   # as templates write them
+        self.num_content = [0]     # num_content[i]: content words before token i
+        self.num_primitive = [0]   # num_primitive[i]: primitive-tagged words before token i
+        for t in self.tags:
+            self.num_content.append(self.num_content[-1] + (t not in PUNCT_TAGS))
+            self.num_primitive.append(self.num_primitive[-1] + (t in PRIMITIVE_TAGS))
+
+    def _walk(self, node: Tree, pos: list) -> None:
+        """Spans, preterminals and (word, tag) pairs in one pass (``Tree.pos`` and indexing are slow)."""
+        start = len(pos)
         for child in node:
-            end = walk(child, end)
-        spans[id(node)] = (start, end)
-        return end
+            if isinstance(child, str):
+                pos.append((child, node.label()))
+                self.preterminals.add(id(node))
+            else:
+                self._walk(child, pos)
+        self.spans[id(node)] = (start, len(pos))
 
-    walk(tree, 0)
-    return spans
+    def is_preterminal(self, node: Tree) -> bool:
+        return id(node) in self.preterminals
+
+    def count(self, start: int, end: int) -> int:
+        return self.num_content[end] - self.num_content[start]
+
+    def text(self, start: int, end: int) -> str:
+        """concept_text of the content words in [start, end)."""
+        return " ".join(self.text_words[i] for i in self.content[self.num_content[start]:self.num_content[end]])
+
+    def template_part(self, start: int, end: int) -> list[str]:
+        return [self.template_words[i] for i in self.content[self.num_content[start]:self.num_content[end]]]
+
+    def is_phrase_concept(self, node: Tree) -> bool:
+        if id(node) in self.preterminals or node.label() not in CONCEPT_LABELS:
+            return False
+        start, end = self.spans[id(node)]
+        return self.count(start, end) >= 2 and self.num_primitive[end] > self.num_primitive[start]
 
 
-def _content_words(start: int, end: int, tags: list[str]) -> list[int]:
-    return [i for i in range(start, end) if tags[i] not in PUNCT_TAGS]
+def _decompose(concept: ConceptNode, tree: Tree, sentence: _Sentence) -> None:
+    """Fill ``concept.predicate`` and ``concept.children`` by BFS over ``tree`` (the concept's subtree).
 
-
-def _is_primitive(node: Tree) -> bool:
-    return isinstance(node[0], str) and node.label() in PRIMITIVE_TAGS
-
-
-def _is_phrase_concept(node: Tree, spans, tags) -> bool:
-    if isinstance(node[0], str) or node.label() not in CONCEPT_LABELS:
-        return False
-    start, end = spans[id(node)]
-    words = _content_words(start, end, tags)
-    return len(words) >= 2 and any(tags[i] in PRIMITIVE_TAGS for i in words)
-
-
-def _decompose(concept: ConceptNode, tree: Tree, spans, words, tags) -> None:
-    """Fill ``concept.predicate`` and ``concept.children`` by BFS over ``tree`` (the concept's subtree)."""
-    own_words = _content_words(concept.start, concept.end, tags)
+    Every node searched lies inside the concept's span, so it has the concept's content words exactly
+    when it has as many of them.
+    """
+    spans = sentence.spans
+    own_count = sentence.count(concept.start, concept.end)
     found: list[tuple[Tree, str]] = []  # (subtree, kind)
-    queue = deque(tree if not isinstance(tree[0], str) else [])
+    queue = deque(tree if not sentence.is_preterminal(tree) else [])
     while queue:
         node = queue.popleft()
         if not isinstance(node, Tree):
             continue
-        if _is_primitive(node):
+        preterminal = sentence.is_preterminal(node)
+        if preterminal and node.label() in PRIMITIVE_TAGS:
             found.append((node, PRIMITIVE))
             continue
-        if _is_phrase_concept(node, spans, tags):
-            start, end = spans[id(node)]
-            if _content_words(start, end, tags) != own_words:  # not a unary copy of the parent
+        if sentence.is_phrase_concept(node):
+            if sentence.count(*spans[id(node)]) != own_count:  # not a unary copy of the parent
                 found.append((node, PHRASE))
                 continue
-        if not isinstance(node[0], str):
+        if not preterminal:
             queue.extend(node)
     if not found and concept.kind == PRIMITIVE:
         return
-    if len(found) == 1 and found[0][1] == PRIMITIVE and spans[id(found[0][0])] and \
-            _content_words(*spans[id(found[0][0])], tags) == own_words:
+    if len(found) == 1 and found[0][1] == PRIMITIVE and sentence.count(*spans[id(found[0][0])]) == own_count:
         concept.label = found[0][0].label()  # a one-noun sentence ("Dogs.") is that primitive itself
         return
     found.sort(key=lambda f: spans[id(f[0])][0])
@@ -212,17 +226,15 @@ def _decompose(concept: ConceptNode, tree: Tree, spans, words, tags) -> None:
     cursor = concept.start
     for node, kind in found:
         start, end = spans[id(node)]
-        template.extend(words[i].lower() for i in range(cursor, start) if tags[i] not in PUNCT_TAGS)
+        template.extend(sentence.template_part(cursor, start))
         template.append(f"[{node.label()}]")
-        child = ConceptNode(
-            text=concept_text([words[i] for i in _content_words(start, end, tags)]),
-            label=node.label(), kind=kind, start=start, end=end)
+        child = ConceptNode(text=sentence.text(start, end), label=node.label(), kind=kind, start=start, end=end)
         if kind == PHRASE:
-            _decompose(child, node, spans, words, tags)
+            _decompose(child, node, sentence)
         concept.children.append(child)
         cursor = end
-    template.extend(words[i].lower() for i in range(cursor, concept.end) if tags[i] not in PUNCT_TAGS)
-    concept.predicate = Predicate(" ".join(unescape_ptb_word(w) for w in template))
+    template.extend(sentence.template_part(cursor, concept.end))
+    concept.predicate = Predicate(" ".join(template))
 
 
 def prune_tree(tree: Tree, probability: float, rng) -> Tree:

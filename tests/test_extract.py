@@ -117,3 +117,84 @@ def test_prune_tree_keeps_words_and_is_seeded():
     assert extract_concepts(full).predicate.template == "a [NN] in a [NN] runs"
     with pytest.raises(ValueError, match="probability"):
         prune_tree(t, 1.5, random.Random(0))
+
+
+# ------------------------------------------------------------------ the fast extraction against a naive one
+def naive_extract(tree: Tree) -> dict:
+    """Appendix A written the plain way: every node's content words found by scanning its leaves."""
+    from crg.dep_to_constituency import PUNCT_TAGS, unescape_ptb_word
+    from crg.extract import CONCEPT_LABELS, PRIMITIVE_TAGS
+
+    if tree.label() == "TOP" and len(tree) == 1 and isinstance(tree[0], Tree):
+        tree = tree[0]
+    pos = tree.pos()
+    spans, tags = {}, [t for _, t in pos]
+
+    def walk(node, start):
+        if isinstance(node[0], str):
+            spans[id(node)] = (start, start + 1)
+            return start + 1
+        end = start
+        for child in node:
+            end = walk(child, end)
+        spans[id(node)] = (start, end)
+        return end
+
+    walk(tree, 0)
+
+    def content(start, end):
+        return [i for i in range(start, end) if tags[i] not in PUNCT_TAGS]
+
+    def text(start, end):
+        return " ".join(unescape_ptb_word(pos[i][0]).lower() for i in content(start, end))
+
+    def decompose(node, label, kind, start, end):
+        out = {"text": text(start, end), "label": label, "kind": kind, "span": [start, end],
+               "predicate": None, "children": []}
+        own = content(start, end)
+        found, queue = [], list(node) if not isinstance(node[0], str) else []
+        while queue:
+            sub = queue.pop(0)
+            if not isinstance(sub, Tree):
+                continue
+            if isinstance(sub[0], str) and sub.label() in PRIMITIVE_TAGS:
+                found.append((sub, PRIMITIVE))
+                continue
+            if not isinstance(sub[0], str) and sub.label() in CONCEPT_LABELS:
+                words = content(*spans[id(sub)])
+                if len(words) >= 2 and any(tags[i] in PRIMITIVE_TAGS for i in words) and words != own:
+                    found.append((sub, PHRASE))
+                    continue
+            if not isinstance(sub[0], str):
+                queue.extend(sub)
+        if not found and kind == PRIMITIVE:
+            return out
+        if len(found) == 1 and found[0][1] == PRIMITIVE and content(*spans[id(found[0][0])]) == own:
+            out["label"] = found[0][0].label()
+            return out
+        found.sort(key=lambda f: spans[id(f[0])][0])
+        template, cursor = [], start
+        for sub, sub_kind in found:
+            s, e = spans[id(sub)]
+            template += [unescape_ptb_word(pos[i][0].lower()) for i in content(cursor, s)] + [f"[{sub.label()}]"]
+            out["children"].append(decompose(sub, sub.label(), sub_kind, s, e))
+            cursor = e
+        template += [unescape_ptb_word(pos[i][0].lower()) for i in content(cursor, end)]
+        out["predicate"] = " ".join(template)
+        return out
+
+    return decompose(tree, tree.label(), SENTENCE, 0, len(pos))
+
+
+def test_extraction_equals_the_naive_reference_on_every_gold_tree():
+    """The counting shortcuts (content words per span in O(1)) change no concept, template or label."""
+    from conftest import DATA
+
+    from crg.bracket_score import read_trees
+
+    trees = [t for name in ("gold_ptb.mrg", "gold_ptb_heldout.mrg") for t in read_trees(DATA / name)]
+    rng = random.Random(0)
+    trees += [prune_tree(t, 0.5, rng) for t in trees]  # flatter trees: other unary chains and spans
+    assert len(trees) > 400
+    for tree in trees:
+        assert extract_concepts(tree).to_dict() == naive_extract(tree), tree.pformat(margin=10**9)

@@ -86,3 +86,32 @@ def test_model_is_the_official_en_core_web_sm_3_8_0(spacy_parser):
     assert spacy_parser.nlp.meta["version"] == "3.8.0"
     assert perf["tag_acc"] == pytest.approx(0.972937262)
     assert perf["dep_las"] == pytest.approx(0.8991533598)
+
+
+@pytest.fixture(scope="module")
+def blis_parser():
+    from crg.spacy_parser import SpacyParser
+
+    return SpacyParser(matmul="blis")
+
+
+def test_numpy_matrix_products_give_the_trees_of_thincs_blis_default(spacy_parser, blis_parser):
+    """The fast path (numpy's BLAS for the networks' products, the default) against thinc's default (blis)."""
+    from crg.spacy_parser import SpacyParser
+
+    assert all(not node.ops.use_blis for _, c in spacy_parser.nlp.pipeline for node in c.model.walk())
+    assert all(node.ops.use_blis for _, c in blis_parser.nlp.pipeline for node in c.model.walk())
+    tokens = [tree.leaves() for name in ("gold_ptb.mrg", "gold_ptb_heldout.mrg") for _, tree in read_gold(DATA / name)]
+    assert spacy_parser.parse_tokens(tokens) == blis_parser.parse_tokens(tokens)
+    with pytest.raises(ValueError, match="matmul"):
+        SpacyParser(matmul="mkl")
+
+
+def test_numpy_matrix_products_give_the_trees_of_blis_on_real_captions(spacy_parser, blis_parser, shared_data):
+    import json
+
+    from crg.caption_filter import normalize_caption
+
+    with open(shared_data / "flickr30k" / "captions.jsonl", encoding="utf-8") as f:
+        texts = [normalize_caption(c) for line in list(f)[:200] for c in json.loads(line)["captions"]]
+    assert spacy_parser.parse_texts(texts) == blis_parser.parse_texts(texts)

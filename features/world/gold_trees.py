@@ -69,6 +69,24 @@ def gold_tree_string(text: str, cfg: WorldConfig = WorldConfig()) -> str:
     Raises:
         ValueError: ``text`` is not a caption of the world's language (with ``cfg``'s vocabulary).
     """
+    tree, tokens = _skeleton(text, cfg)
+    return f"(TOP {_render(tree, tokens)})"
+
+
+def gold_tree(text: str, cfg: WorldConfig = WorldConfig()) -> Tree:
+    """:func:`gold_tree_string` as an :class:`nltk.Tree` (built directly: the world parser's hot path).
+
+    >>> from crg.extract import extract_concepts
+    >>> root = extract_concepts(gold_tree("A red cube is on top of a glass ball."))
+    >>> root.predicate.template, [c.predicate.template for c in root.children]
+    ('[NP] is on top of [NP]', ['a red [NN]', 'a glass [NN]'])
+    """
+    tree, tokens = _skeleton(text, cfg)
+    return Tree("TOP", [_to_tree(tree, tokens)])
+
+
+def _skeleton(text: str, cfg: WorldConfig) -> tuple[list, list[str]]:
+    """The reader's tree of ``text`` over its tokens, punctuation attached (see :func:`_on_tokens`)."""
     tokens = caption_tokens(text)
     words = [k for k, tok in enumerate(tokens) if tok not in _PUNCT]
     read = parse_caption_tree(text, cfg)
@@ -78,18 +96,7 @@ def gold_tree_string(text: str, cfg: WorldConfig = WorldConfig()) -> str:
     for k, tok in enumerate(tokens):
         if tok in _PUNCT:
             _attach(tree, (tok, k))
-    return f"(TOP {_render(tree, tokens)})"
-
-
-def gold_tree(text: str, cfg: WorldConfig = WorldConfig()) -> Tree:
-    """:func:`gold_tree_string` as an :class:`nltk.Tree`.
-
-    >>> from crg.extract import extract_concepts
-    >>> root = extract_concepts(gold_tree("A red cube is on top of a glass ball."))
-    >>> root.predicate.template, [c.predicate.template for c in root.children]
-    ('[NP] is on top of [NP]', ['a red [NN]', 'a glass [NN]'])
-    """
-    return Tree.fromstring(gold_tree_string(text, cfg))
+    return tree, tokens
 
 
 def gold_tree_line(text: str, cfg: WorldConfig = WorldConfig()) -> str:
@@ -159,6 +166,12 @@ def _attach(node, leaf: tuple[str, int]) -> None:
         node = inside
     at = next((n for n, c in enumerate(children) if _first(c) > k), len(children))
     children.insert(at, list(leaf))
+
+
+def _to_tree(node, tokens: list[str]) -> Tree:
+    if len(node) == 2:
+        return Tree(node[0], [tokens[node[1]]])
+    return Tree(node[0], [_to_tree(child, tokens) for child in node[1]])
 
 
 def _render(node, tokens: list[str]) -> str:
