@@ -2,6 +2,7 @@
 
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale                  # 250K / 500K / 1M captions
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --sizes 20000 --one-worker-sizes 20000
+    python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --single-engine-sizes 250000  # + default engine
 
 The corpus is made of **distinct** captions of a generated world (features/world: scenes sampled as the
 world generator samples them, captions only, no features), each caption kept the first time it occurs,
@@ -72,9 +73,7 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
     started = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        print(f"build failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}", file=sys.stderr, flush=True)
-        return {"captions": num_captions_of(corpus), "workers": workers, "parser": parser,
-                "error": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else f"exit {res.returncode}"}
+        return _failed(cmd, res, corpus, workers, parser)
     wall = time.perf_counter() - started
     stats = json.loads((out / "stats.json").read_text())
     eng = stats["engine"]
@@ -92,6 +91,40 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
         "graph_mb": round(graph_bytes / 2**20, 1), "shard_outputs_mb": round(shard_bytes / 2**20, 1),
         "skipped": stats["report"]["num_skipped"], "load_average": os.getloadavg()[0],
     }
+
+
+def run_single_build(corpus: Path, out: Path, workers: int, parser: str) -> dict:
+    """The default engine (a process pool, no Ray) on the same corpus: what Ray's engine costs over it."""
+    import psutil
+
+    cmd = [sys.executable, "-m", "crg.cli.build_crg", "--captions", str(corpus), "--out", str(out),
+           "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:  # the build and its workers, summed
+        try:
+            procs = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in procs))
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        return _failed(cmd, subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), corpus, workers, parser,
+                       engine="single")
+    wall = time.perf_counter() - started
+    stats = json.loads((out / "stats.json").read_text())
+    return {"engine": "single", "captions": stats["report"]["num_captions"], "workers": workers, "parser": parser,
+            "wall_seconds": round(wall, 1), "captions_per_second": round(stats["report"]["num_captions"] / wall, 1),
+            "build_seconds": stats["wall_seconds"], "peak_rss_mb_all_processes": round(peak / 2**20),
+            "num_concepts": stats["num_concepts"], "load_average": os.getloadavg()[0]}
+
+
+def _failed(cmd, res, corpus: Path, workers: int, parser: str, engine: str = "ray") -> dict:
+    print(f"build failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}", file=sys.stderr, flush=True)
+    return {"engine": engine, "captions": num_captions_of(corpus), "workers": workers, "parser": parser,
+            "error": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else f"exit {res.returncode}"}
 
 
 def num_captions_of(corpus: Path) -> int:
@@ -115,6 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--spacy-captions", type=int, default=0,
                     help="also build this many Flickr30K captions with spaCy, 1 and 2 workers (0: skip)")
     ap.add_argument("--shard-size", type=int, default=10_000, help="captions per shard")
+    ap.add_argument("--single-engine-sizes", default="",
+                    help="sizes also built with the default engine (no Ray), 1 and 2 workers: Ray's overhead")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -130,7 +165,7 @@ def main(argv=None) -> int:
     results = out / "results.jsonl"
     rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     rows = [r for r in rows if "error" not in r]   # a rerun keeps what was measured, tries the failures again
-    done = {(r["parser"], r["captions"], r["workers"]) for r in rows}
+    done = {(r.get("engine", "ray"), r["parser"], r["captions"], r["workers"]) for r in rows}
     import ray
 
     from crg.ray_engine import start_local_ray
@@ -140,7 +175,7 @@ def main(argv=None) -> int:
     if args.spacy_captions:
         corpus = f30k_slice(out / f"f30k_{args.spacy_captions}.jsonl", args.spacy_captions)
         for workers in (1, 2):
-            if ("spacy", args.spacy_captions, workers) in done:
+            if ("ray", "spacy", args.spacy_captions, workers) in done:
                 continue
             shards = max(4, -(-args.spacy_captions // 2500))
             rows.append(run_build(corpus, out / f"f30k_w{workers}", workers, "spacy", shards, address))
@@ -148,7 +183,7 @@ def main(argv=None) -> int:
             with open(results, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
     for n, workers in plan:
-        if ("world", n, workers) in done:
+        if ("ray", "world", n, workers) in done:
             continue
         corpus = out / f"world_{n}.jsonl"
         if not corpus.exists():
@@ -158,12 +193,26 @@ def main(argv=None) -> int:
         print(json.dumps(rows[-1]), flush=True)
         with open(results, "a") as f:
             f.write(json.dumps(rows[-1]) + "\n")
-    cols = ("parser", "captions", "workers", "wall_seconds", "captions_per_second", "pipeline_captions_per_second",
-            "merge_seconds", "driver_peak_rss_mb", "worker_peak_rss_mb", "num_concepts", "graph_mb")
+    single = sorted(int(s) for s in args.single_engine_sizes.split(",") if s)
+    for n in single:
+        corpus = out / f"world_{n}.jsonl"
+        if not corpus.exists():
+            prefix_corpus(full, corpus, n)
+        for workers in (1, 2):
+            if ("single", "world", n, workers) in done:
+                continue
+            rows.append(run_single_build(corpus, out / f"single_world_{n}_w{workers}", workers, "world"))
+            print(json.dumps(rows[-1]), flush=True)
+            with open(results, "a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
+    cols = ("engine", "parser", "captions", "workers", "wall_seconds", "captions_per_second",
+            "pipeline_captions_per_second", "merge_seconds", "driver_peak_rss_mb", "worker_peak_rss_mb",
+            "num_concepts", "graph_mb")
     print(" | ".join(cols))
     for r in rows:
-        print(" | ".join(str(r.get(c, r.get("error", ""))) for c in cols))
-    by = {(r["parser"], r["captions"], r["workers"]): r for r in rows if "error" not in r}
+        print(" | ".join(str(r.get(c, "ray" if c == "engine" else r.get("error", ""))) for c in cols))
+    by = {(r["parser"], r["captions"], r["workers"]): r for r in rows if "error" not in r and
+          r.get("engine", "ray") == "ray"}
     for (parser, n, w), r in by.items():
         if w == 2 and (parser, n, 1) in by:
             eff = r["pipeline_captions_per_second"] / (2 * by[(parser, n, 1)]["pipeline_captions_per_second"])

@@ -106,16 +106,18 @@ def speed(parser, texts: list[str], repeats: int) -> dict:
 
 def profile_stages(parser, texts: list[str]) -> dict:
     """CPU seconds per caption of each stage of a graph build's worker (``time.process_time``, so
-    the shares hold on a shared machine): spaCy's tokenizer and pipeline components one by one, the
-    PTB conversion, formatting the tree, reading it back (as ``crg/build.py``'s workers do) and the
-    concept extraction."""
-    from nltk import Tree
+    the shares hold on a shared machine): spaCy's tokenizer and pipeline components one by one (on one
+    BLAS thread, as the parser runs them), the PTB conversion, formatting the tree (for the cache and
+    the dump), the concept extraction from the parser's tree and the chunk's graph part, as
+    ``crg/build.py``'s workers do them."""
+    from threadpoolctl import threadpool_limits
 
     from crg.extract import extract_concepts
+    from crg.graph import GraphBuilder
     from crg.spacy_parser import doc_to_tree
 
     nlp = parser.nlp
-    list(nlp.pipe(texts[:200]))  # warm up
+    parser.parse_texts(texts[:200])  # warm up
     seconds: dict[str, float] = {}
 
     def timed(name, fn):
@@ -125,12 +127,20 @@ def profile_stages(parser, texts: list[str]) -> dict:
         return out
 
     docs = timed("tokenizer", lambda: [nlp.make_doc(t) for t in texts])
-    for name, component in nlp.pipeline:
-        docs = timed(name, lambda c=component, d=docs: list(c.pipe(d, batch_size=parser.batch_size)))
+    with threadpool_limits(limits=1, user_api="blas"):
+        for name, component in nlp.pipeline:
+            docs = timed(name, lambda c=component, d=docs: list(c.pipe(d, batch_size=parser.batch_size)))
     trees = timed("conversion", lambda: [doc_to_tree(d) for d in docs])
-    bracketed = timed("pformat", lambda: [t.pformat(margin=10**9) for t in trees])
-    reread = timed("fromstring", lambda: [Tree.fromstring(b) for b in bracketed])
-    timed("extraction", lambda: [extract_concepts(t) for t in reread])
+    timed("pformat", lambda: [t.pformat(margin=10**9) for t in trees])
+    roots = timed("extraction", lambda: [extract_concepts(t) for t in trees])
+
+    def graph_part():
+        builder = GraphBuilder([], [])
+        for k, (text, root) in enumerate(zip(texts, roots)):
+            builder.add_caption(0, k, text, root)
+        return builder.part()
+
+    timed("graph part", graph_part)
     total = sum(seconds.values())
     return {name: {"ms_per_caption": round(1000 * s / len(texts), 3), "share": round(s / total, 3)}
             for name, s in seconds.items()}
@@ -159,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-speed", action="store_true", help="accuracy only")
     ap.add_argument("--profile", action="store_true",
                     help="also print the CPU time per caption of each build stage on the --speed-sample captions")
+    ap.add_argument("--matmul", default="numpy", choices=("numpy", "blis"),
+                    help="the networks' matrix products (crg.spacy_parser.use_matmul; blis: thinc's default)")
     ap.add_argument("--write-split", metavar="DIR",
                     help="write the halves' gold trees as DIR/wsj_dev_half.mrg and DIR/wsj_heldout_half.mrg "
                          "(for python -m crg.bracket_score)")
@@ -170,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}")
-    parser = SpacyParser()
-    print(f"parser: {parser.cache_key()} (converter version {CONVERTER_VERSION})")
+    parser = SpacyParser(matmul=args.matmul)
+    print(f"parser: {parser.cache_key()} (converter version {CONVERTER_VERSION}, matmul {args.matmul})")
     results: dict = {}
     ptb = Path(args.ptb)
     if ptb.exists():
