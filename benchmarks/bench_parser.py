@@ -109,9 +109,10 @@ def profile_stages(parser, texts: list[str]) -> dict:
     the shares hold on a shared machine): spaCy's tokenizer and pipeline components one by one (on one
     BLAS thread, as the parser runs them), the PTB conversion, formatting the tree (for the cache and
     the dump), the concept extraction from the parser's tree and the chunk's graph part, as
-    ``crg/build.py``'s workers do them."""
+    ``crg/build.py``'s workers do them (cyclic garbage collection paused, as there)."""
     from threadpoolctl import threadpool_limits
 
+    from crg.build import _gc_paused
     from crg.extract import extract_concepts
     from crg.graph import GraphBuilder
     from crg.spacy_parser import doc_to_tree
@@ -126,21 +127,20 @@ def profile_stages(parser, texts: list[str]) -> dict:
         seconds[name] = time.process_time() - t0
         return out
 
-    docs = timed("tokenizer", lambda: [nlp.make_doc(t) for t in texts])
-    with threadpool_limits(limits=1, user_api="blas"):
-        for name, component in nlp.pipeline:
-            docs = timed(name, lambda c=component, d=docs: list(c.pipe(d, batch_size=parser.batch_size)))
-    trees = timed("conversion", lambda: [doc_to_tree(d) for d in docs])
-    timed("pformat", lambda: [t.pformat(margin=10**9) for t in trees])
-    roots = timed("extraction", lambda: [extract_concepts(t) for t in trees])
-
-    def graph_part():
+    def graph_part(roots):
         builder = GraphBuilder([], [])
         for k, (text, root) in enumerate(zip(texts, roots)):
             builder.add_caption(0, k, text, root)
         return builder.part()
 
-    timed("graph part", graph_part)
+    with _gc_paused(), threadpool_limits(limits=1, user_api="blas"):
+        docs = timed("tokenizer", lambda: [nlp.make_doc(t) for t in texts])
+        for name, component in nlp.pipeline:
+            docs = timed(name, lambda c=component, d=docs: list(c.pipe(d, batch_size=parser.batch_size)))
+        trees = timed("conversion", lambda: [doc_to_tree(d) for d in docs])
+        timed("pformat", lambda: [t.pformat(margin=10**9) for t in trees])
+        roots = timed("extraction", lambda: [extract_concepts(t) for t in trees])
+        timed("graph part", lambda: graph_part(roots))
     total = sum(seconds.values())
     return {name: {"ms_per_caption": round(1000 * s / len(texts), 3), "share": round(s / total, 3)}
             for name, s in seconds.items()}
