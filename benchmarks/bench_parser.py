@@ -112,7 +112,7 @@ def profile_stages(parser, texts: list[str]) -> dict:
     ``crg/build.py``'s workers do them (cyclic garbage collection paused, as there)."""
     from threadpoolctl import threadpool_limits
 
-    from crg.build import _gc_paused
+    from crg.build import gc_paused
     from crg.extract import extract_concepts
     from crg.graph import GraphBuilder
     from crg.spacy_parser import doc_to_tree
@@ -133,7 +133,7 @@ def profile_stages(parser, texts: list[str]) -> dict:
             builder.add_caption(0, k, text, root)
         return builder.part()
 
-    with _gc_paused(), threadpool_limits(limits=1, user_api="blas"):
+    with gc_paused(), threadpool_limits(limits=1, user_api="blas"):
         docs = timed("tokenizer", lambda: [nlp.make_doc(t) for t in texts])
         for name, component in nlp.pipeline:
             docs = timed(name, lambda c=component, d=docs: list(c.pipe(d, batch_size=parser.batch_size)))

@@ -30,7 +30,7 @@ from crg.graph import ConceptGraph, GraphBuilder, GraphPart
 from crg.parse_cache import ParseCache
 from crg.parser_base import ConstituencyParser
 
-__all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "iter_dump", "pruning_rng",
+__all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "gc_paused", "iter_dump", "pruning_rng",
            "usable_captions", "graph_meta"]
 
 logger = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ def _build_chunk(payload: tuple) -> ChunkResult:
     caption_index, image_id, text)``.
     """
     captions, cached, prune, dump = payload
-    with _gc_paused():
+    with gc_paused():
         results = _analyze_chunk(([c[3] for c in captions], cached, prune))
         builder = GraphBuilder([], [])
         fresh, failed, lines = [], [], []
@@ -174,7 +174,7 @@ def _build_chunk(payload: tuple) -> ChunkResult:
 
 
 @contextmanager
-def _gc_paused():
+def gc_paused():
     """No cyclic garbage collection inside the block (reference counting still frees everything else).
 
     Why: a chunk allocates some 10^5 short-lived objects (spaCy docs, trees, concept nodes), and each

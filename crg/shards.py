@@ -45,7 +45,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from crg.build import BuildReport, analyze_captions, caption_record
+from crg.build import BuildReport, analyze_captions, caption_record, gc_paused
 from crg.extract import PRIMITIVE
 from crg.graph import KIND_BITS, GraphBuilder, GraphPart, PartCaption, PartDerivation
 from crg.parse_cache import ParseCache
@@ -249,17 +249,18 @@ def analyze_shard(spec: ShardSpec, parser: ConstituencyParser, out_path: str | P
     results = analyze_captions([c.text for c in shard_in.captions], parser, cache=cache, n_process=1,
                                progress=False, report=report, prune_probability=prune_probability,
                                prune_seed=prune_seed)
-    for n, (cap, (bracketed, root)) in enumerate(zip(shard_in.captions, results)):
-        if root is None:
-            skipped.append({"reason": "parse_failed", "image_id": cap.image_id, "caption_index": cap.index,
-                            "text": cap.text})
-        else:
-            builder.add_caption(cap.image, cap.index, cap.text, root)
-            trees.append(bracketed)
-            if dump:
-                records.append(caption_record(cap.image_id, cap.text, bracketed, root))
-        if on_caption is not None:
-            on_caption(n)
+    with gc_paused():  # as the default engine's workers (crg.build.gc_paused)
+        for n, (cap, (bracketed, root)) in enumerate(zip(shard_in.captions, results)):
+            if root is None:
+                skipped.append({"reason": "parse_failed", "image_id": cap.image_id, "caption_index": cap.index,
+                                "text": cap.text})
+            else:
+                builder.add_caption(cap.image, cap.index, cap.text, root)
+                trees.append(bracketed)
+                if dump:
+                    records.append(caption_record(cap.image_id, cap.text, bracketed, root))
+            if on_caption is not None:
+                on_caption(n)
     summary = ShardSummary(spec.index, str(out_path), spec.num_captions, len(trees), report.num_parsed,
                            report.num_from_cache, round(time.perf_counter() - started, 3), peak_rss_mb())
     write_shard_output(out_path, ShardOutput(summary, builder.part(), trees, records, skipped, shard_in.problems),
