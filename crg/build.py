@@ -112,7 +112,7 @@ def _analyze_chunk(payload: tuple) -> list[tuple[str | None, object, bool]]:
     ``payload`` is ``(texts, cached_trees, (prune_probability, prune_seed))``; with a probability > 0 the
     concepts come from a pruned copy of each parse (Table 7), while the bracketed tree returned (and
     cached) stays the parser's own. A new parse is extracted from the parser's tree itself, a cached one
-    from its bracketed string: the same concepts (``tests/test_build.py`` checks the round trip).
+    from its bracketed string: the same concepts (``tests/test_build_crg.py`` checks the round trip).
     """
     texts, cached, (prune_p, prune_seed) = payload
     todo = [k for k, tree in enumerate(cached) if tree is None]
