@@ -95,7 +95,7 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
 
 def run_single_build(corpus: Path, out: Path, workers: int, parser: str) -> dict:
     """The default engine (a process pool, no Ray) on the same corpus: what Ray's engine costs over it."""
-    import psutil
+    from bench_crg import process_tree_rss  # (benchmarks/ is the script directory)
 
     cmd = [sys.executable, "-m", "crg.cli.build_crg", "--captions", str(corpus), "--out", str(out),
            "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite"]
@@ -103,11 +103,7 @@ def run_single_build(corpus: Path, out: Path, workers: int, parser: str) -> dict
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:  # the build and its workers, summed
-        try:
-            procs = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in procs))
-        except psutil.NoSuchProcess:
-            pass
+        peak = max(peak, process_tree_rss(proc.pid))
         time.sleep(0.2)
     stdout, stderr = proc.communicate()
     if proc.returncode != 0:

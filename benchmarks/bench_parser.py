@@ -161,6 +161,9 @@ def print_table(results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from crg.dep_to_constituency import CONVERTER_VERSION
+    from crg.spacy_parser import MATMUL_BACKENDS, SpacyParser
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ptb", default=str(DEFAULT_PTB), help="the WSJ sample (default: %(default)s)")
     ap.add_argument("--captions", default=str(DEFAULT_CAPTIONS), help="Flickr30K captions.jsonl for the speed test")
@@ -169,17 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-speed", action="store_true", help="accuracy only")
     ap.add_argument("--profile", action="store_true",
                     help="also print the CPU time per caption of each build stage on the --speed-sample captions")
-    ap.add_argument("--matmul", default="numpy", choices=("numpy", "blis"),
+    ap.add_argument("--matmul", default="numpy", choices=MATMUL_BACKENDS,
                     help="the networks' matrix products (crg.spacy_parser.use_matmul; blis: thinc's default)")
     ap.add_argument("--write-split", metavar="DIR",
                     help="write the halves' gold trees as DIR/wsj_dev_half.mrg and DIR/wsj_heldout_half.mrg "
                          "(for python -m crg.bracket_score)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure to FILE as JSON")
     args = ap.parse_args(argv)
-
-    from crg.dep_to_constituency import CONVERTER_VERSION
-    from crg.spacy_parser import SpacyParser
-
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}")
     parser = SpacyParser(matmul=args.matmul)

@@ -205,32 +205,46 @@ def analyze_captions(texts: Sequence[str], parser: ConstituencyParser, *, cache:
     the paper's Table 7), each caption with its own stream :func:`pruning_rng` ``(prune_seed, text)``;
     the parse cache always holds the unpruned trees.
     """
-    if not 0.0 <= prune_probability <= 1.0:
-        raise ValueError(f"prune_probability must lie in [0, 1], got {prune_probability}")
-    global _WORKER_PARSER
+    prune = _prune_setting(prune_probability, prune_seed)
     key = parser.cache_key()
     texts = list(texts)
     cached = _cached_trees(texts, cache, key)
-    prune = (float(prune_probability), int(prune_seed))
     payloads = [(texts[i:i + chunk_size], [cached.get(t) for t in texts[i:i + chunk_size]], prune)
                 for i in range(0, len(texts), chunk_size)]
     del cached
     started = time.perf_counter()
     bar = tqdm(total=len(texts), desc=f"parsing + extracting ({parser.name})", unit="cap", disable=not progress)
+    try:
+        results = _map_chunks(_analyze_chunk, payloads, parser, n_process, parser_spec)
+        yield from _consume(results, payloads, cache, key, report, bar)
+    finally:
+        bar.close()
+        if report is not None:
+            report.parse_seconds += time.perf_counter() - started
+
+
+def _prune_setting(probability: float, seed: int) -> tuple[float, int]:
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"prune_probability must lie in [0, 1], got {probability}")
+    return float(probability), int(seed)
+
+
+def _map_chunks(analyze, payloads: list, parser: ConstituencyParser, n_process: int,
+                parser_spec: tuple | None) -> Iterator:
+    """``analyze(payload)`` for each payload, in order: in ``n_process`` worker processes when there is more
+    than one chunk and the parser can reach them (inherited through fork, or rebuilt from ``parser_spec``)."""
+    global _WORKER_PARSER
     _WORKER_PARSER = parser  # forked workers inherit it; spawned ones rebuild it from parser_spec
     try:
         can_fork = "fork" in mp.get_all_start_methods()
         if n_process > 1 and len(payloads) > 1 and (can_fork or parser_spec is not None):
             ctx = mp.get_context("fork" if can_fork else None)
             with ctx.Pool(n_process, initializer=_init_worker, initargs=(parser_spec,)) as pool:
-                yield from _consume(pool.imap(_analyze_chunk, payloads), payloads, cache, key, report, bar)
+                yield from pool.imap(analyze, payloads)
         else:
-            yield from _consume(map(_analyze_chunk, payloads), payloads, cache, key, report, bar)
+            yield from map(analyze, payloads)
     finally:
         _WORKER_PARSER = None
-        bar.close()
-        if report is not None:
-            report.parse_seconds += time.perf_counter() - started
 
 
 def _consume(results, payloads, cache, key, report, bar):
@@ -262,15 +276,12 @@ def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache |
     merges the parts in corpus order (the graph of adding every caption in order), writes new trees to
     the cache chunk by chunk (a killed build resumes where it stopped) and the dump.
     """
-    if not 0.0 <= prune_probability <= 1.0:
-        raise ValueError(f"prune_probability must lie in [0, 1], got {prune_probability}")
-    global _WORKER_PARSER
+    prune = _prune_setting(prune_probability, prune_seed)
     report = BuildReport()
     todo = usable_captions(corpus, report, max_words=max_words)
     builder = GraphBuilder([im.image_id for im in corpus.images], [im.split for im in corpus.images])
     key = parser.cache_key()
     cached = _cached_trees([t for _, _, t in todo], cache, key)
-    prune = (float(prune_probability), int(prune_seed))
     payloads = []
     for start in range(0, len(todo), chunk_size):
         rows = todo[start:start + chunk_size]
@@ -280,19 +291,10 @@ def build_crg(corpus: Corpus, parser: ConstituencyParser, *, cache: ParseCache |
     dump = _open_atomic(dump_path) if dump_path else None
     started = time.perf_counter()
     bar = tqdm(total=len(todo), desc=f"parsing + extracting ({parser.name})", unit="cap", disable=not progress)
-    _WORKER_PARSER = parser  # forked workers inherit it; spawned ones rebuild it from parser_spec
     try:
-        can_fork = "fork" in mp.get_all_start_methods()
-        if n_process > 1 and len(payloads) > 1 and (can_fork or parser_spec is not None):
-            ctx = mp.get_context("fork" if can_fork else None)
-            with ctx.Pool(n_process, initializer=_init_worker, initargs=(parser_spec,)) as pool:
-                for payload, chunk in zip(payloads, pool.imap(_build_chunk, payloads)):
-                    _merge_chunk(payload, chunk, builder, report, cache, key, dump, bar)
-        else:
-            for payload in payloads:
-                _merge_chunk(payload, _build_chunk(payload), builder, report, cache, key, dump, bar)
+        for payload, chunk in zip(payloads, _map_chunks(_build_chunk, payloads, parser, n_process, parser_spec)):
+            _merge_chunk(payload, chunk, builder, report, cache, key, dump, bar)
     finally:
-        _WORKER_PARSER = None
         bar.close()
         report.parse_seconds += time.perf_counter() - started
         if dump is not None:
