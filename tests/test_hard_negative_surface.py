@@ -141,7 +141,7 @@ def test_deletion_and_first_word_and_irregular_whitespace():
     toks = _toks(words)
     del toks[1]  # drop "red"
     text, spans = realize_surface(toks, src, offs)
-    assert text == "  A car parked ."
+    assert text == "  A  car parked ."  # the whitespace "red" had after it stays
     assert outside_spans_equal(src, text, spans)
     toks = [EditToken("There", "EX"), EditToken("is", "VBZ"), EditToken("no", "DT")] + _toks(words)[1:]
     text, spans = realize_surface(toks, src, offs)
@@ -232,3 +232,16 @@ def test_every_negative_of_a_corpus_slice_keeps_the_captions_characters(name):
                     failures.append(f"punctuation spacing: {n.source!r} -> {n.text!r}")
     assert not failures, f"{len(failures)} of {checked}:\n" + "\n".join(failures[:20])
     assert all(per_type[t] > 20 for t in HN_TYPES), per_type  # every type was exercised
+
+
+def test_quotes_and_runs_of_periods_keep_their_form():
+    src = "A cake that reads `` hi kate '' near a tree.."
+    words = ["A", "cake", "that", "reads", "`", "`", "hi", "kate", '"', "near", "a", "tree", ".."]
+    offs = token_offsets(src, words)
+    assert offs is not None and src[offs[8][0]:offs[8][1]] == "''"
+    toks = [EditToken(w, "X", src=i) for i, w in enumerate(words)]
+    toks[1] = EditToken("pie", "NN", True)
+    toks[11] = EditToken("stove", "NN", True)
+    text, spans = realize_surface(toks, src, offs, words)
+    assert text == "A pie that reads `` hi kate '' near a stove.."
+    assert outside_spans_equal(src, text, spans) and not differences_outside_spans(src, text, spans)

@@ -164,7 +164,7 @@ def realize_source_form(toks: list[EditToken], parsed: "ParsedCaption") -> tuple
         text = realize_words([w for w, _ in tagged])
         return text, tagged, (EditSpan(0, len(parsed.text), 0, len(text)),)
     written = [replace(t, word=w) for t, (w, _) in zip(toks, tagged)]
-    text, spans = realize_surface(written, parsed.text, parsed.offsets)
+    text, spans = realize_surface(written, parsed.text, parsed.offsets, [w for w, _ in parsed.tokens])
     return text, tagged, spans
 
 

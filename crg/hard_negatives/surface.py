@@ -33,6 +33,9 @@ __all__ = ["EditSpan", "token_offsets", "spaced_punctuation", "realize_surface",
 PUNCTUATION_WORDS = frozenset({".", ",", ";", ":", "!", "?", "%", ")", "]", "'", "'s", "'re", "'m", "'ve", "'ll",
                                "'d", "n't"})
 _OPENERS = ("(", "[", "$")
+_CLOSING_CHARS = frozenset(".,;:!?%)]}")
+#: How a parser's token may be written in the text: PTB quotes come back as '"' from ``, '' or ".
+_WRITTEN_AS = {'"': ('"', "``", "''"), "'": ("'", "`")}
 
 
 @dataclass(frozen=True)
@@ -53,15 +56,18 @@ def token_offsets(text: str, words: Sequence[str]) -> tuple[tuple[int, int], ...
     ((0, 3), (5, 9), (9, 10), (11, 12), (13, 16), (17, 18))
     >>> token_offsets("a dog", ["a", "cat"]) is None
     True
+    >>> token_offsets("reads `` hi ''", ["reads", "`", "`", "hi", '"'])
+    ((0, 5), (6, 7), (7, 8), (9, 11), (12, 14))
     """
     out, pos = [], 0
     for w in words:
         while pos < len(text) and text[pos].isspace():
             pos += 1
-        if not w or not text.startswith(w, pos):
+        written = next((f for f in _WRITTEN_AS.get(w, (w,)) if f and text.startswith(f, pos)), None)
+        if written is None:
             return None
-        out.append((pos, pos + len(w)))
-        pos += len(w)
+        out.append((pos, pos + len(written)))
+        pos += len(written)
     return tuple(out)
 
 
@@ -71,17 +77,23 @@ def spaced_punctuation(text: str, words: Sequence[str], offsets: Sequence[tuple[
     >>> spaced_punctuation("a road .", ["a", "road", "."], token_offsets("a road .", ["a", "road", "."]))
     True
     """
-    gaps = [offsets[i][0] > offsets[i - 1][1] for i in range(1, len(words)) if words[i] in PUNCTUATION_WORDS]
+    gaps = [offsets[i][0] > offsets[i - 1][1] for i in range(1, len(words)) if _closing(words[i])]
     return bool(gaps) and sum(gaps) * 2 >= len(gaps)
 
 
+def _closing(word: str) -> bool:
+    """Punctuation written against the word before it: ".", "..", "!?", "'s", "n't"."""
+    return word in PUNCTUATION_WORDS or word.startswith("'") or (bool(word) and set(word) <= _CLOSING_CHARS)
+
+
 def _separator(before: str, word: str, spaced: bool) -> str:
-    if word in PUNCTUATION_WORDS or word.startswith("'"):
+    if _closing(word):
         return " " if spaced else ""
     return "" if before.endswith(_OPENERS) else " "
 
 
-def realize_surface(toks: Sequence, source: str, offsets: Sequence[tuple[int, int]]) -> tuple[str, tuple[EditSpan, ...]]:
+def realize_surface(toks: Sequence, source: str, offsets: Sequence[tuple[int, int]],
+                    token_words: Sequence[str] | None = None) -> tuple[str, tuple[EditSpan, ...]]:
     """The negative of edited tokens written in ``source``'s form, and the regions that changed.
 
     Args:
@@ -89,17 +101,22 @@ def realize_surface(toks: Sequence, source: str, offsets: Sequence[tuple[int, in
             ``word`` and ``src`` (its index among the source's tokens, or None for a new token).
         source: the caption's text.
         offsets: :func:`token_offsets` of the source's tokens in ``source``.
+        token_words: the source's tokens as the parser wrote them (default: their characters in
+            ``source``; they differ for quotes, '"' for ``).
 
-    A token is *kept* when its ``src`` is set, its word equals the source token's characters, and its
-    ``src`` is above every kept token's before it; between two consecutive kept tokens that were
-    neighbours in the source the source's characters are copied, anything else is one region.
+    A token is *kept* when its ``src`` is set, its word equals the source token's, and its ``src`` is
+    above every kept token's before it; between two consecutive kept tokens that were neighbours in
+    the source the source's characters are copied, anything else is one region. A region that
+    replaces source tokens starts and ends with the whitespace the source had there; inside it, and
+    around pure insertions, words are joined as the caption joins its own.
     """
     words = [source[s:e] for s, e in offsets]
+    parsed_words = list(token_words) if token_words is not None else words
     spaced = spaced_punctuation(source, words, offsets)
     anchors: list[tuple[int, int]] = [(-1, -1)]
     for j, t in enumerate(toks):
         i = getattr(t, "src", None)
-        if i is not None and i > anchors[-1][1] and i < len(words) and t.word == words[i]:
+        if i is not None and i > anchors[-1][1] and i < len(words) and t.word == parsed_words[i]:
             anchors.append((j, i))
     anchors.append((len(toks), len(words)))
     out: list[str] = []
@@ -124,14 +141,26 @@ def realize_surface(toks: Sequence, source: str, offsets: Sequence[tuple[int, in
             emit(source[end(i0):start(i1)])
         else:
             s_start, s_end, n_start = end(i0), start(i1), length
+            new = toks[j0 + 1:j1]
+            replaces = i1 > i0 + 1  # source tokens i0+1 .. i1-1 are gone
             prev = toks[j0].word if j0 >= 0 else None
-            for t in toks[j0 + 1:j1]:
-                emit((prefix if prev is None else _separator(prev, t.word, spaced)) + t.word)
+            for k, t in enumerate(new):
+                if prev is None:
+                    sep = prefix
+                elif k == 0 and replaces and i0 >= 0 and _closing(t.word) == _closing(words[i0 + 1]):
+                    sep = source[end(i0):start(i0 + 1)]  # the whitespace the replaced word had before it
+                else:
+                    sep = _separator(prev, t.word, spaced)
+                emit(sep + t.word)
                 prev = t.word
-            if i1 < len(words):
-                emit(prefix if prev is None else _separator(prev, words[i1], spaced))
-            else:
+            if i1 >= len(words):
                 emit(suffix)
+            elif prev is None:
+                emit(prefix)
+            elif replaces and _closing(prev) == _closing(words[i1 - 1]):
+                emit(source[end(i1 - 1):start(i1)])  # and the whitespace the last one had after it
+            else:
+                emit(_separator(prev, words[i1], spaced))
             spans.append(EditSpan(s_start, s_end, n_start, length))
         if i1 < len(words):
             emit(words[i1])
