@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-from nltk import Tree
 
 from crg.hard_negatives import HN_TYPES, HardNegative, HardNegativeConfig, ParsedCaption, RefinementConfig
 from crg.hard_negatives.generators import caption_candidates
