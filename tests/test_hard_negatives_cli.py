@@ -88,3 +88,14 @@ def test_blind_checks_per_type_and_record_format():
     assert out["HN-NEG"]["const"]["accuracy"] == 50.0 and not out["HN-NEG"]["const"]["held_out"]
     rec = negative_record(negs[0])
     assert rec["edit"]["spans"] == [[2, 5, 2, 5]] and rec["negative"] == "a cat ." and rec["image_id"] == "1"
+
+
+def test_no_refine_keeps_the_plain_generators_negatives_and_still_reports_held_out_checks(corpus, tmp_path):
+    out = tmp_path / "plain"
+    assert main(["--captions", str(corpus), "--out", str(out), "--no-refine", "--types", "HN-ATOM"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    atom = report["types"]["HN-ATOM"]
+    lines = (out / "negatives.jsonl").read_text().splitlines()
+    assert atom["counts"]["kept"] == atom["counts"]["candidates"] == len(lines) > 0
+    assert "refinement" not in atom and report["scorers"]["refined_against"] == []
+    assert "LM (refined against)" not in atom["blind_checks"] and atom["blind_checks"]["LM (held out)"]["held_out"]
