@@ -29,6 +29,7 @@ setup(
         "gc-study = composer.cli.study:main",
         "gc-build-crg = crg.cli.build_crg:main",
         "gc-make-mcd-split = crg.cli.make_mcd_split:main",
+        "gc-hard-negatives = crg.cli.hard_negatives:main",
     ]},
     install_requires=[
         "numpy>=1.24",

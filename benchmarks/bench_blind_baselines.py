@@ -9,7 +9,10 @@ Scorers that never see an image pick, for each (true caption, negative) pair, th
   positions of the train split, "half B"): held out from the refinement against half A below;
 * ``grammar``: fewer agreement violations, then the shorter text (:class:`crg.blind.GrammarLengthHeuristic`,
   tags from the project's spaCy tagger);
-* ``shorter``: the text with fewer words.
+* ``shorter``: the text with fewer words;
+* ``negation``, ``and``, ``space-punct``: the counting rules of :data:`crg.blind.COUNTING_RULES` (the text
+  with more negation words, or more "and", is the negative; the one with more spaces before
+  punctuation is the caption: a formatting cue, issue 33).
 
 on: SugarCrepe's seven files (all 7,511 pairs); ARO's COCO-Order and Flickr30K-Order built from the
 first N Karpathy test captions (each against its 4 re-orderings); and this library's own generated
@@ -47,14 +50,15 @@ from pathlib import Path
 from crg.benchmarks import read_benchmark
 from crg.benchmarks.aro import read_aro_order
 from crg.benchmarks.parsing import parse_trees
-from crg.blind import GrammarLengthHeuristic, TrigramLM, blind_accuracy, spacy_tagger, tokenize
+from crg.blind import (GrammarLengthHeuristic, TrigramLM, blind_accuracy, conjunction_count, negation_count,
+                       space_before_punctuation, spacy_tagger, tokenize)
 from crg.corpus import read_corpus
 from crg.hard_negatives import (
     HN_TYPES, GrammarScorer, HardNegativeConfig, LanguageModelScorer, ParsedCaption, RefinementConfig,
     corpus_hard_negatives)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-SCORERS = ("LM", "LM-B", "grammar", "shorter")
+SCORERS = ("LM", "LM-B", "grammar", "shorter", "negation", "and", "space-punct")
 
 
 def build_argparser() -> argparse.ArgumentParser:
@@ -165,7 +169,9 @@ def main(argv=None) -> int:
     grammar_score = {x: heuristic.score(tg) for x, tg in zip(texts, tags)}
     timings["tag + grammar"] = time.perf_counter() - t
     length = {x: -len(tokenize(x)) for x in texts}
-    scorer = {"LM": lm_score, "LM-B": lm_b_score, "grammar": grammar_score, "shorter": length}
+    scorer = {"LM": lm_score, "LM-B": lm_b_score, "grammar": grammar_score, "shorter": length,
+              "negation": {x: -negation_count(x) for x in texts}, "and": {x: -conjunction_count(x) for x in texts},
+              "space-punct": {x: space_before_punctuation(x) for x in texts}}
 
     rows = []
     for set_name, groups in sets.items():

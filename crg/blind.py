@@ -35,9 +35,18 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "BOS", "EOS", "UNK",
+    "COUNTING_RULES",
+    "CountingRule",
     "GrammarLengthHeuristic",
+    "NEGATION_WORDS",
+    "RuleOutcome",
     "TrigramLM",
     "blind_accuracy",
+    "conjunction_count",
+    "negation_count",
+    "rule_outcome",
+    "space_before_punctuation",
+    "word_count",
     "grammar_violations",
     "spacy_tagger",
     "tokenize",
@@ -283,3 +292,105 @@ def blind_accuracy(pairs: Iterable[tuple[float, float]]) -> float:
     if n == 0:
         raise ValueError("blind_accuracy of no pair")
     return 100.0 * wins / n
+
+
+# ------------------------------------------------------------------ counting rules
+#: Words that negate: a negative made by negation carries more of them than its caption.
+NEGATION_WORDS = frozenset({"no", "not", "n't", "never", "without", "none", "nobody", "nothing", "neither", "nor",
+                            "cannot", "nowhere"})
+_SPACE_PUNCT = re.compile(r"\s[.,;:!?]")
+
+
+def space_before_punctuation(text: str) -> int:
+    """How many punctuation marks follow whitespace ("a vehicle ." has one): a formatting cue.
+
+    >>> space_before_punctuation("A man , a dog ."), space_before_punctuation("A man, a dog.")
+    (2, 0)
+    """
+    return len(_SPACE_PUNCT.findall(text))
+
+
+def negation_count(text: str) -> int:
+    """How many negating words (:data:`NEGATION_WORDS`, and any "...n't") the text has.
+
+    >>> negation_count("A man without a hat is not smiling"), negation_count("There isn't a dog .")
+    (2, 1)
+    """
+    return sum(1 for w in tokenize(text) if w in NEGATION_WORDS or w.endswith("n't"))
+
+
+def conjunction_count(text: str, word: str = "and") -> int:
+    """How many times the conjunction ``word`` occurs (a compound split adds an "and").
+
+    >>> conjunction_count("A red car and a blue bus and a van")
+    2
+    """
+    return sum(1 for w in tokenize(text) if w == word)
+
+
+def word_count(text: str) -> int:
+    """Words and numbers (:func:`tokenize`): what a length rule compares."""
+    return len(tokenize(text))
+
+
+@dataclass(frozen=True)
+class CountingRule:
+    """A blind rule that compares one count of the two texts of a pair: the text with more
+    (``caption_has_more``) or fewer is taken for the true caption; equal counts are a guess.
+
+    >>> r = CountingRule("negation", negation_count, caption_has_more=False)
+    >>> r.score("a dog") > r.score("no dog")
+    True
+    """
+
+    name: str
+    count: Callable[[str], int]
+    caption_has_more: bool
+
+    def score(self, text: str) -> float:
+        c = self.count(text)
+        return float(c if self.caption_has_more else -c)
+
+
+#: The counting rules every set of negatives should be checked with (issue 33): a formatting cue, a
+#: negation cue (NEG), a conjunction cue (compound splits), length.
+COUNTING_RULES = (
+    CountingRule("space before punctuation is the caption", space_before_punctuation, caption_has_more=True),
+    CountingRule("more negation words is the negative", negation_count, caption_has_more=False),
+    CountingRule("more 'and' is the negative", conjunction_count, caption_has_more=False),
+    CountingRule("shorter is the caption", word_count, caption_has_more=False),
+)
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """How a blind scorer does on pairs: ``accuracy`` (%, a tie one half), ``decided`` (% of pairs
+    it does not tie) and ``right_when_decided`` (% of those it gets right; None if it never decides).
+    A rule is as telling when it is mostly wrong (turned round it is right): judge ``|accuracy - 50|``."""
+
+    pairs: int
+    accuracy: float
+    decided: float
+    right_when_decided: float | None
+
+    def as_dict(self) -> dict:
+        return {"pairs": self.pairs, "accuracy": round(self.accuracy, 2), "decided": round(self.decided, 2),
+                "right_when_decided": None if self.right_when_decided is None else round(self.right_when_decided, 2)}
+
+
+def rule_outcome(pairs: Iterable[tuple[float, float]]) -> RuleOutcome:
+    """:class:`RuleOutcome` of ``(caption score, negative score)`` pairs (higher = taken for the caption).
+
+    >>> rule_outcome([(1, 0), (1, 0), (0, 0), (0, 1)])
+    RuleOutcome(pairs=4, accuracy=62.5, decided=75.0, right_when_decided=66.66666666666667)
+    """
+    n = right = decided = 0
+    for pos, neg in pairs:
+        n += 1
+        if pos != neg:
+            decided += 1
+            right += pos > neg
+    if n == 0:
+        raise ValueError("rule_outcome of no pair")
+    accuracy = 100.0 * (right + 0.5 * (n - decided)) / n
+    return RuleOutcome(n, accuracy, 100.0 * decided / n, 100.0 * right / decided if decided else None)

@@ -114,3 +114,45 @@ def test_the_heuristic_scores_a_pair_the_same_whichever_comes_first():
     a, b = [("a", "DT"), ("dog", "NN")], [("a", "DT"), ("cat", "NN")]
     assert blind_accuracy([(h.score(a), h.score(b))]) == blind_accuracy([(h.score(b), h.score(a))]) == 50.0
     assert isinstance(h.score(a), float)
+
+
+# ------------------------------------------------------------------ counting rules (issue 33)
+def test_counting_rules_count_what_they_name():
+    from crg.blind import conjunction_count, negation_count, space_before_punctuation, word_count
+
+    assert space_before_punctuation("A man on a bike , a dog .") == 2
+    assert space_before_punctuation("A man on a bike, a dog.") == 0
+    assert space_before_punctuation("Ratio 3.5 and a .") == 1  # a decimal point is not spaced punctuation
+    assert negation_count("No man is not without a hat; he never isn't") == 5
+    assert negation_count("A nothingness nose knot") == 0  # whole words only
+    assert negation_count("There isn't a dog .") == negation_count("There is n't a dog .") == 1
+    assert conjunction_count("A red car and a bus, and a van. Andrew sandals") == 2
+    assert word_count("A man's red helmet , on a moped .") == 7
+
+
+def test_rule_outcome_against_a_naive_count_of_wins():
+    import random
+
+    from crg.blind import COUNTING_RULES, blind_accuracy, rule_outcome
+
+    rng = random.Random(0)
+    words = ["a", "dog", "and", "not", "no", "cat", ",", "."]
+    pairs = [(" ".join(rng.choices(words, k=rng.randint(1, 8))), " ".join(rng.choices(words, k=rng.randint(1, 8))))
+             for _ in range(300)]
+    for rule in COUNTING_RULES:
+        scored = [(rule.score(a), rule.score(b)) for a, b in pairs]
+        out = rule_outcome(scored)
+        right = sum(1 for x, y in scored if x > y)
+        ties = sum(1 for x, y in scored if x == y)
+        assert out.pairs == 300
+        assert out.accuracy == pytest.approx(blind_accuracy(scored))
+        assert out.decided == pytest.approx(100 * (300 - ties) / 300)
+        assert out.right_when_decided == pytest.approx(100 * right / (300 - ties))
+    # direction: a rule that takes the text with more negation words for the negative wins this pair
+    neg = next(r for r in COUNTING_RULES if "negation" in r.name)
+    assert neg.score("a dog on a mat") > neg.score("no dog on a mat")
+    space = next(r for r in COUNTING_RULES if "punctuation" in r.name)
+    assert space.score("a dog on a mat .") > space.score("a dog on a mat.")
+    assert rule_outcome([(0, 0)]).right_when_decided is None
+    with pytest.raises(ValueError):
+        rule_outcome([])

@@ -61,6 +61,10 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--max-pairs", type=int, default=4096, help="(image, text) pairs per model call")
     ap.add_argument("--out", help="write the result JSON here (default: print only)")
     ap.add_argument("--csv", help="append one row per metric to this CSV (created with a header if missing)")
+    ap.add_argument("--clip-benchmark-dir",
+                    help="also write one CLIP_benchmark result file per subset here (dataset sugar_crepe/<subset>, "
+                         "accuracy as a fraction, language set), for its result-merging tools")
+    ap.add_argument("--language", default="en", help="the texts' language, recorded in --clip-benchmark-dir files")
     return ap
 
 
@@ -91,6 +95,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.limit is not None and args.limit < 1:
         raise SystemExit(f"error: --limit must be >= 1, got {args.limit}")
+    if args.clip_benchmark_dir and Path(args.clip_benchmark_dir).exists() and not Path(args.clip_benchmark_dir).is_dir():
+        raise SystemExit(f"error: --clip-benchmark-dir {args.clip_benchmark_dir} is a file, not a folder")
     import torch
 
     from composer.cli.evaluate import load_model, region_dim_of
@@ -160,6 +166,12 @@ def main(argv=None) -> int:
     text = json.dumps(out, indent=2)
     if args.out:
         write_json_atomic(args.out, out)
+    if args.clip_benchmark_dir:
+        from composer.evaluation.benchmark import clip_benchmark_results, write_clip_benchmark_results
+
+        written = write_clip_benchmark_results(args.clip_benchmark_dir, clip_benchmark_results(
+            result, benchmark=args.benchmark, model=loaded.kind, pretrained=str(loaded.path), language=args.language))
+        logger.info("%d CLIP_benchmark result files in %s", len(written), args.clip_benchmark_dir)
     if args.csv:
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
         overall = result["overall"]

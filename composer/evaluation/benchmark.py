@@ -33,7 +33,9 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["benchmark_pairs", "clip_benchmark_metrics", "evaluate_benchmark", "record_correct", "winoground_scores"]
+__all__ = ["CLIP_BENCHMARK_KEYS", "benchmark_pairs", "clip_benchmark_filename", "clip_benchmark_metrics",
+           "clip_benchmark_results", "evaluate_benchmark", "record_correct", "winoground_scores",
+           "write_clip_benchmark_results"]
 
 
 def _identity(image_id: str) -> str:
@@ -177,3 +179,60 @@ def clip_benchmark_metrics(result: Mapping) -> dict[str, float | None]:
         for k in ("text", "image", "group"):
             out[f"{k}_score"] = result["winoground"][k]
     return out
+
+
+#: The keys of a CLIP_benchmark result file (its ``eval`` command writes one per dataset and language);
+#: its ``build`` command merges such files into one CSV row each, ``metrics`` flattened into columns.
+CLIP_BENCHMARK_KEYS = ("dataset", "model", "pretrained", "task", "metrics", "language")
+#: CLIP_benchmark's dataset name of a benchmark whose subsets it also evaluates ("sugar_crepe/swap_att").
+_CLIP_BENCHMARK_DATASET = {"sugarcrepe": "sugar_crepe"}
+
+
+def clip_benchmark_results(result: Mapping, *, benchmark: str, model: str, pretrained: str,
+                           language: str = "en") -> list[dict]:
+    """One CLIP_benchmark result per scored subset, as its ``eval`` command writes them: the dataset
+    named ``<benchmark>/<subset>`` (``sugar_crepe/swap_att``), task ``image_caption_selection``, and
+    ``metrics: {"acc": fraction}`` (0-1, from the counts, not the rounded percentage). Subsets with no
+    scored record are left out (CLIP_benchmark has no result for a dataset it did not evaluate).
+
+    >>> res = {"subsets": {"swap_att": {"acc": 66.67, "correct": 2, "scored": 3}}}
+    >>> clip_benchmark_results(res, benchmark="sugarcrepe", model="composer", pretrained="runs/m")
+    [{'dataset': 'sugar_crepe/swap_att', 'model': 'composer', 'pretrained': 'runs/m', 'task': 'image_caption_selection', 'metrics': {'acc': 0.6666666666666666}, 'language': 'en'}]
+    """
+    prefix = _CLIP_BENCHMARK_DATASET.get(benchmark, benchmark)
+    out = []
+    for name, s in result["subsets"].items():
+        if not s.get("scored"):
+            continue
+        out.append({"dataset": f"{prefix}/{name}", "model": model, "pretrained": pretrained,
+                    "task": "image_caption_selection", "metrics": {"acc": s["correct"] / s["scored"]},
+                    "language": language})
+    return out
+
+
+def clip_benchmark_filename(res: Mapping) -> str:
+    """The file name CLIP_benchmark's usual ``--output`` template gives a result:
+    ``benchmark_{dataset}_{pretrained}_{model}_{language}_{task}.json``, "/" in the dataset as "_" and
+    the pretrained weights by their file or folder name.
+
+    >>> clip_benchmark_filename({"dataset": "sugar_crepe/add_att", "pretrained": "runs/a/model", "model": "composer",
+    ...                          "language": "en", "task": "image_caption_selection"})
+    'benchmark_sugar_crepe_add_att_model_composer_en_image_caption_selection.json'
+    """
+    pretrained = str(res["pretrained"]).rstrip("/").rsplit("/", 1)[-1]
+    return (f"benchmark_{res['dataset'].replace('/', '_')}_{pretrained}_{res['model']}_{res['language']}_"
+            f"{res['task']}.json")
+
+
+def write_clip_benchmark_results(folder, results: Sequence[Mapping]) -> list:
+    """Write each result to ``folder`` (:func:`clip_benchmark_filename`), atomically; the paths."""
+    from pathlib import Path
+
+    from crg.outputs import write_json_atomic
+
+    paths = []
+    for res in results:
+        path = Path(folder) / clip_benchmark_filename(res)
+        write_json_atomic(path, {k: res[k] for k in CLIP_BENCHMARK_KEYS})
+        paths.append(path)
+    return paths

@@ -23,7 +23,7 @@ from crg.hard_negatives.lexicon import (
     SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
-    EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_tagged, realize_words)
+    EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
 from crg.hard_negatives.records import (
     HN_ATOM, HN_NEG, HN_SWAP, CaptionCandidates, CaptionNegatives, Change, HardNegative, HardNegativeConfig,
     NegativeCandidate)
@@ -85,9 +85,12 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 if b == a + 1 and (between in SYMMETRIC_CONNECTIVES or not between):
                     reason = "symmetric relation (next to, and, ...)" if not out else reason
                     continue
-                first = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[y.start:y.end])]
-                second = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[x.start:x.end])]
-                new = toks[:x.start] + first + toks[x.end:y.start] + second + toks[y.end:]
+                # an argument's trailing punctuation (a parse that puts the final period inside the last
+                # argument) stays where it is: the swap never moves "wall." into the middle of the caption
+                x_end, y_end = _without_trailing_punct(parsed, x), _without_trailing_punct(parsed, y)
+                first = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[y.start:y_end])]
+                second = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[x.start:x_end])]
+                new = toks[:x.start] + first + toks[x_end:y.start] + second + toks[y_end:]
                 out.append(_Candidate(tuple(new), Change("swap_arguments", (x.text, y.text), (y.text, x.text),
                                                          node.predicate.template)))
     if extended:
@@ -96,6 +99,14 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
         out += more
     return out, reason
+
+
+def _without_trailing_punct(parsed: ParsedCaption, node: ConceptNode) -> int:
+    """The end of ``node``'s span less any punctuation tokens it ends with."""
+    end = node.end
+    while end > node.start + 1 and parsed.tokens[end - 1][1] in PUNCT_TAGS:
+        end -= 1
+    return end
 
 
 #: Verb tags whose words can change places (auxiliaries excepted): "riding ... holding" -> "holding ... riding".
@@ -229,7 +240,7 @@ def _negation_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple
                                                          EditToken("not", "RB"), EditToken(adj, "JJ")] \
                 + toks[obj.head + 1:]
             if a == obj.run_start and a > 0:  # the noun (or next adjective) now follows the article
-                new[a] = EditToken(new[a].word, new[a].tag, True, new[a].initial)
+                new[a] = replace(new[a], fresh=True)
             out.append(_Candidate(tuple(new), Change("negate_attribute", (f"{adj} {toks[obj.head].word.lower()}",),
                                                      (f"{toks[obj.head].word.lower()} that {be} not {adj}",),
                                                      "attribute")))
@@ -256,7 +267,7 @@ def _without(toks: list[EditToken], drop: Iterable[int]) -> list[EditToken]:
         if i in drop:
             gap = True
             continue
-        out.append(EditToken(t.word, t.tag, True, t.initial) if gap else t)
+        out.append(replace(t, fresh=True) if gap else t)
         gap = False
     return out
 
@@ -288,8 +299,8 @@ def _sentence_negations(parsed: ParsedCaption, toks: list[EditToken],
             be = "are" if toks[heads[0]].tag in ("NNS", "NNPS") else "is"
             drop = _droppable_adjectives(toks, mentions, k - 1) if drop_adjectives else []
             kept = _without(toks, drop)
-            rest = [EditToken(t.word[:1].lower() + t.word[1:] if t.initial and t.tag not in ("NNP", "NNPS")
-                              else t.word, t.tag, t.fresh) for t in kept[k:]]
+            rest = [replace(t, word=t.word[:1].lower() + t.word[1:] if t.initial and t.tag not in ("NNP", "NNPS")
+                            else t.word, initial=False) for t in kept[k:]]
             new = [EditToken("there", "EX", True, True), EditToken(be, "VBZ"), EditToken("no", "DT")] + rest
             change = Change("negate_caption", (realize_words([t.word for t in toks[:k]]),), (f"there {be} no",),
                             root.label)
@@ -436,8 +447,7 @@ def _comp_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Rand
                         new.append(EditToken(wa, "JJ", True, False))
                     if i == a:
                         continue
-                    new.append(EditToken(t.word, t.tag, True, t.initial) if i == a + 1 and a == a_obj.run_start
-                               else t)
+                    new.append(replace(t, fresh=True) if i == a + 1 and a == a_obj.run_start else t)
                 binding.append(_Candidate(tuple(new), Change(
                     "move_attribute", (f"{wa} {toks[a_obj.head].word.lower()}", toks[b_obj.head].word.lower()),
                     (toks[a_obj.head].word.lower(), f"{wa} {toks[b_obj.head].word.lower()}"), "attribute binding")))
@@ -522,13 +532,13 @@ def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | No
         for cand in cands:
             if len(kept) >= limit:
                 break
-            tagged = realize_tagged(list(cand.tokens), source)
-            text = realize_words([w for w, _ in tagged])
+            text, tagged, spans = realize_source_form(list(cand.tokens), parsed)
             key = _normalize(text)
             if key in seen:
                 continue
             seen.add(key)
-            kept.append(NegativeCandidate(HardNegative(hn_type, text, source, cand.change, image_id), tuple(tagged)))
+            kept.append(NegativeCandidate(HardNegative(hn_type, text, source, cand.change, image_id, spans),
+                                          tuple(tagged)))
         if kept:
             candidates[hn_type] = kept
         else:

@@ -8,7 +8,7 @@ the objects with their adjectives) are shared by several generators.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from nltk import Tree
@@ -17,20 +17,25 @@ from crg.dep_to_constituency import PUNCT_TAGS, unescape_ptb_word
 from crg.extract import PRIMITIVE, PRIMITIVE_TAGS, ConceptNode, extract_concepts
 from crg.hard_negatives.lexicon import ARTICLES, GENERIC_NOUNS, LEADING_DETERMINER_TAGS
 from crg.hard_negatives.morphology import article_for
+from crg.hard_negatives.surface import EditSpan, realize_surface, token_offsets
 
-__all__ = ["ParsedCaption", "EditToken", "ObjectMention", "realize_words", "realize_tokens", "realize_tagged",
+__all__ = ["ParsedCaption", "EditToken", "ObjectMention", "realize_words", "realize_tokens", "realize_tagged", "realize_source_form",
            "own_tokens", "primitive_tokens", "object_mentions"]
 
 
 @dataclass(frozen=True)
 class EditToken:
     """A token of a caption being edited. ``fresh``: new at this position (an article before it
-    must agree again); ``initial``: the source caption's first word (lower-cased when moved)."""
+    must agree again); ``initial``: the source caption's first word (lower-cased when moved);
+    ``src``: its index among the source's tokens while it stays where it was (None once moved or
+    new), so that the negative keeps the source's characters around it
+    (:func:`crg.hard_negatives.surface.realize_surface`)."""
 
     word: str
     tag: str
     fresh: bool = False
     initial: bool = False
+    src: int | None = None
 
 
 @dataclass(frozen=True)
@@ -51,11 +56,18 @@ class ParsedCaption:
         tokens: ``(word, tag)`` of every leaf, punctuation included, PTB escapes undone.
         root: the concept tree (:func:`crg.extract.extract_concepts`); spans index ``tokens``.
         text: the caption as given, or the tokens re-joined.
+        offsets: ``(start, end)`` of each token in ``text`` (None when a token is not found there as
+            written: then negatives are re-joined, not written in the caption's form).
     """
 
     tokens: tuple[tuple[str, str], ...]
     root: ConceptNode
     text: str
+    offsets: tuple[tuple[int, int], ...] | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.offsets is None:
+            self.offsets = token_offsets(self.text, [w for w, _ in self.tokens])
 
     @classmethod
     def from_tree(cls, tree: Tree, text: str | None = None) -> "ParsedCaption":
@@ -74,7 +86,7 @@ class ParsedCaption:
     def edit_tokens(self) -> list[EditToken]:
         """The tokens as a fresh edit: nothing new yet, the first word marked initial."""
         first = next((i for i, (_, t) in enumerate(self.tokens) if t not in PUNCT_TAGS), 0)
-        return [EditToken(w, t, False, i == first) for i, (w, t) in enumerate(self.tokens)]
+        return [EditToken(w, t, False, i == first, i) for i, (w, t) in enumerate(self.tokens)]
 
     def words(self) -> list[str]:
         return [w.lower() for w, t in self.tokens if t not in PUNCT_TAGS]
@@ -122,7 +134,7 @@ def realize_tagged(toks: list[EditToken], source: str) -> list[tuple[str, str]]:
             art = article_for(toks[i + 1].word)
             if toks[i].word[:1].isupper():
                 art = art.capitalize()
-            toks[i] = EditToken(art, toks[i].tag, toks[i].fresh, toks[i].initial)
+            toks[i] = replace(toks[i], word=art)
     words = [t.word for t in toks]
     first = next((i for i, t in enumerate(toks) if t.tag not in PUNCT_TAGS), None)
     for i, t in enumerate(toks):
@@ -133,6 +145,27 @@ def realize_tagged(toks: list[EditToken], source: str) -> list[tuple[str, str]]:
     elif first is not None and source[:1].islower() and toks[first].tag not in ("NNP", "NNPS"):
         words[first] = words[first][:1].lower() + words[first][1:]
     return [(w, t.tag) for w, t in zip(words, toks)]
+
+
+def realize_source_form(toks: list[EditToken], parsed: "ParsedCaption") -> tuple[str, list[tuple[str, str]], tuple]:
+    """The negative's text in the caption's own surface form, its ``(word, tag)`` tokens, and the
+    edited regions (:class:`crg.hard_negatives.surface.EditSpan`). Where the parse's tokens cannot be
+    located in the caption's text, the tokens are re-joined (:func:`realize_words`) and the whole text
+    is one region.
+
+    >>> p = ParsedCaption.from_tree(Tree.fromstring("(TOP (NP (DT A) (NN dog) (. .)))"), "A dog .")
+    >>> toks = p.edit_tokens()
+    >>> toks[1] = EditToken("apple", "NN", True)
+    >>> realize_source_form(toks, p)[0]
+    'An apple .'
+    """
+    tagged = realize_tagged(toks, parsed.text)
+    if parsed.offsets is None:
+        text = realize_words([w for w, _ in tagged])
+        return text, tagged, (EditSpan(0, len(parsed.text), 0, len(text)),)
+    written = [replace(t, word=w) for t, (w, _) in zip(toks, tagged)]
+    text, spans = realize_surface(written, parsed.text, parsed.offsets, [w for w, _ in parsed.tokens])
+    return text, tagged, spans
 
 
 def own_tokens(node: ConceptNode) -> list[int]:

@@ -45,6 +45,9 @@ class HardNegative:
         source: the true caption it was made from.
         change: what was changed.
         image_id: the image the source caption describes (``None`` if unknown).
+        spans: the edited character regions (:class:`crg.hard_negatives.surface.EditSpan`): outside
+            them ``text`` has the characters of ``source`` (empty where not recorded, as in the world's
+            negatives, which are re-realised).
     """
 
     type: str
@@ -52,17 +55,22 @@ class HardNegative:
     source: str
     change: Change
     image_id: str | None = None
+    spans: tuple = ()
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["change"] = {k: list(v) if isinstance(v, tuple) else v for k, v in d["change"].items()}
+        d["spans"] = [[s.source_start, s.source_end, s.negative_start, s.negative_end] for s in self.spans]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "HardNegative":
+        from crg.hard_negatives.surface import EditSpan
+
         c = d["change"]
         return cls(d["type"], d["text"], d["source"],
-                   Change(c["op"], tuple(c["before"]), tuple(c["after"]), c.get("where", "")), d.get("image_id"))
+                   Change(c["op"], tuple(c["before"]), tuple(c["after"]), c.get("where", "")), d.get("image_id"),
+                   tuple(EditSpan(*s) for s in d.get("spans", ())))
 
 
 @dataclass(frozen=True)

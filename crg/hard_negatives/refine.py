@@ -117,7 +117,8 @@ class TypeSelection:
     Attributes:
         groups: captions with at least one candidate of the type.
         candidates: candidates scored.
-        kept: negatives kept.
+        picked: candidates left after each caption's ``per_group`` hardest are picked (step 3).
+        kept: negatives kept after balancing (step 4).
         groups_kept: captions that keep at least one.
         accuracy_candidates: per scorer, the fraction (0-1) of all candidate pairs it wins (a tie one half).
         accuracy_first: the same over each caption's first ``per_group`` candidates (what the plain
@@ -133,12 +134,13 @@ class TypeSelection:
     accuracy_candidates: tuple[float, ...]
     accuracy_first: tuple[float, ...]
     accuracy_kept: tuple[float, ...]
+    picked: int = 0
 
     def as_dict(self, scorer_names: Sequence[str]) -> dict:
         def named(acc):
             return {n: round(100.0 * a, 2) for n, a in zip(scorer_names, acc)}
 
-        return {"captions": self.groups, "candidates": self.candidates, "kept": self.kept,
+        return {"captions": self.groups, "candidates": self.candidates, "picked": self.picked, "kept": self.kept,
                 "captions_kept": self.groups_kept, "blind_accuracy_candidates": named(self.accuracy_candidates),
                 "blind_accuracy_first": named(self.accuracy_first), "blind_accuracy_kept": named(self.accuracy_kept)}
 
@@ -272,7 +274,7 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
         kept[members[gp]].append(c)
     kept_wins = [wins(gaps[gp][c]) for gp, c in alive]
     return TypeSelection(groups=len(groups), candidates=sum(len(gg) for gg in gaps), kept=len(alive),
-                         groups_kept=len({gp for gp, _ in alive}),
+                         groups_kept=len({gp for gp, _ in alive}), picked=len(pool),
                          accuracy_candidates=_accuracy(all_wins, num_scorers),
                          accuracy_first=_accuracy(first_wins, num_scorers),
                          accuracy_kept=_accuracy(kept_wins, num_scorers))
