@@ -27,9 +27,12 @@ setup(
         "gc-evaluate-benchmark = composer.cli.evaluate_benchmark:main",
         "gc-interpret = composer.cli.interpret:main",
         "gc-study = composer.cli.study:main",
-        "gc-build-crg = crg.cli.build_crg:main",
-        "gc-make-mcd-split = crg.cli.make_mcd_split:main",
-    ]},
+        "gc-build-crg = features.cli.build_crg:main",
+        "gc-make-mcd-split = features.cli.make_mcd_split:main",
+    ],
+        # parser backends defined above crg (crg.parse.register_parser): found by name in any process
+        "crg.parsers": ["world = features.world.gold_trees:make_world_parser"],
+    },
     install_requires=[
         "numpy>=1.24",
         "scipy>=1.10",
