@@ -94,8 +94,11 @@ def source_modules(root: Path, folders=SOURCE_FOLDERS) -> dict[str, Path]:
 
 
 def _is_type_checking(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and ((isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-                                         or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
 
 
 def _import_nodes(tree: ast.AST, type_only: bool):
@@ -276,7 +279,8 @@ def test_the_checker_reports_an_upward_import_planted_in_a_temporary_package(tmp
     new, unused = check_layers(edges, known={("crg", "features"): "planted", ("crg", "composer"): "stale"})
     assert len(new) == 1 and "composer.modeling" in new[0] and unused == [("crg", "composer")]
     # without the planted imports the same tree is clean
-    _plant(tmp_path, {"crg/parse.py": "from crg.graph import x\n", "composer/modeling/__init__.py": "from . import attention\n"})
+    _plant(tmp_path, {"crg/parse.py": "from crg.graph import x\n",
+                      "composer/modeling/__init__.py": "from . import attention\n"})
     assert check_layers(import_graph(tmp_path), known={}) == ([], [])
 
 
