@@ -58,8 +58,11 @@ setup(
     ],
     extras_require={
         # ray[data] too: CI runs the README's test command, and tests/test_crg_ray.py runs the Ray engine
-        "test": ["pytest>=7", "psutil", "lmdb", "ray[data]>=2.40"],
-        "distributed": ["ray[data]>=2.40"],  # gc-build-crg --engine ray (crg/ray_engine.py, docs/scale.md)
+        "test": ["pytest>=7", "psutil", "lmdb", "ray[data]>=2.40", "pyarrow>=18.1"],
+        # pyarrow: Ray Data's tables. pyarrow 26 needs numpy >= 2 when imported but does not declare it, so with
+        # numpy < 2 take pyarrow < 26 (measured: ray 2.40 and numpy 1.24 fail with pyarrow 26.0.1, pass with 18.1.0)
+        # gc-build-crg --engine ray (crg/ray_engine.py, docs/scale.md)
+        "distributed": ["ray[data]>=2.40", "pyarrow>=18.1"],
         "lmdb": ["lmdb"],  # ViLBERT-style LMDB conversion (features/convert_lmdb.py)
         # the paper's parser; crg/benepar_parser.py patches it for transformers 5
         "benepar": ["benepar==0.2.0", "torch-struct==0.5", "transformers>=4.40", "sentencepiece", "protobuf"],
