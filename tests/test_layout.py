@@ -59,7 +59,8 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # issue 32 item 1 (one folder per model, in progress on another branch) moves program.py, config.py and
     # losses.py into COMPOSER's model folder and ends these:
     ("composer.training", "composer.evaluation"): "issue 32 item 1/2: training imports evaluation "
-                                                  "(fit.py's test step, the CLIP module's retrieval metrics)",
+                                                  "(the modules' validation retrieval, data.py's evaluation "
+                                                  "sets, fit.py's text pairs)",
     # issue 32 item 2 (the study as runs over the ordinary path) rewrites composer/study/:
     ("composer.study", "features.world"): "issue 32 item 2: study/evaluation.py loads the world's scenes and "
                                           "hard negatives itself",
@@ -185,7 +186,9 @@ def _matches(module: str, prefix: str) -> bool:
 def violations(edges: list[Edge], layers=LAYERS, forbidden: dict | None = None) -> list[tuple[Edge, str]]:
     """``(edge, what is wrong)`` for each import of a layer above or a sibling, and each forbidden edge."""
     forbidden = FORBIDDEN if forbidden is None else forbidden
-    out = [(edge, f"{edge.importer} ({src}) imports {edge.imported} ({dst}), a layer above it")
+    rank = {prefix: r for r, siblings in enumerate(layers) for prefix in siblings}
+    out = [(edge, f"{edge.importer} ({src}) imports {edge.imported} ({dst}), "
+                  + ("a sibling layer" if rank[src] == rank[dst] else "a layer above it"))
            for edge, src, dst in upward_imports(edges, layers)]
     for edge in edges:
         for (a, b), why in forbidden.items():
