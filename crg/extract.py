@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from nltk import Tree
+from crg.ptb import PUNCT_TAGS, unescape_ptb_word
 
-from crg.dep_to_constituency import PUNCT_TAGS, unescape_ptb_word
+if TYPE_CHECKING:  # nltk is imported where a tree is built (prune_tree): reading a graph does not pay for it
+    from nltk import Tree
 
 __all__ = [
     "PRIMITIVE_TAGS", "CONCEPT_LABELS", "Predicate", "ConceptNode", "extract_concepts",
@@ -120,6 +121,7 @@ def extract_concepts(tree: Tree) -> ConceptNode:
     ``tree`` is a PTB tree; a ``TOP`` root is looked through. The result's root is the sentence
     concept; its descendants are phrases and primitives.
 
+    >>> from nltk import Tree
     >>> t = Tree.fromstring("(TOP (S (NP (CD two) (NNS dogs)) (VP (VBP are) (VP (VBG running) "
     ...                     "(PP (IN on) (NP (DT the) (NN grass)))))))")
     >>> root = extract_concepts(t)
@@ -128,7 +130,7 @@ def extract_concepts(tree: Tree) -> ConceptNode:
     >>> [(c.predicate.template, [g.text for g in c.children]) for c in root.children]
     [('two [NNS]', ['dogs']), ('the [NN]', ['grass'])]
     """
-    if tree.label() == "TOP" and len(tree) == 1 and isinstance(tree[0], Tree):
+    if tree.label() == "TOP" and len(tree) == 1 and not isinstance(tree[0], str):  # a leaf is a str
         tree = tree[0]
     sentence = _Sentence(tree)
     n = len(sentence.tags)
@@ -204,7 +206,7 @@ def _decompose(concept: ConceptNode, tree: Tree, sentence: _Sentence) -> None:
     queue = deque(tree if not sentence.is_preterminal(tree) else [])
     while queue:
         node = queue.popleft()
-        if not isinstance(node, Tree):
+        if isinstance(node, str):  # a word
             continue
         preterminal = sentence.is_preterminal(node)
         if preterminal and node.label() in PRIMITIVE_TAGS:
@@ -245,6 +247,7 @@ def prune_tree(tree: Tree, probability: float, rng) -> Tree:
     ``random.Random``; the same seed gives the same pruned tree.
 
     >>> import random
+    >>> from nltk import Tree
     >>> t = Tree.fromstring("(TOP (S (NP (DT a) (NN dog)) (VP (VBZ runs))))")
     >>> prune_tree(t, 0.0, random.Random(0)) == t
     True
@@ -253,6 +256,7 @@ def prune_tree(tree: Tree, probability: float, rng) -> Tree:
     """
     if not 0.0 <= probability <= 1.0:
         raise ValueError(f"pruning probability must lie in [0, 1], got {probability}")
+    from nltk import Tree
 
     def prune(node: Tree, is_root: bool) -> list:
         if isinstance(node[0], str):

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import abc
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from nltk import Tree
+if TYPE_CHECKING:  # nltk is imported where a tree is built: a backend's module, normalize_ptb_tree
+    from nltk import Tree
 
 __all__ = ["ConstituencyParser", "normalize_ptb_tree", "ROOT_LABEL"]
 
@@ -60,10 +61,12 @@ def normalize_ptb_tree(tree: Tree) -> Tree:
     and constituents left empty by that, and wraps the sentence in a ``TOP`` root when the input
     has a different or unlabelled root.
 
+    >>> from nltk import Tree
     >>> t = Tree.fromstring("( (S (NP-SBJ (DT The) (NN dog)) (VP (VBZ barks) (NP (-NONE- *T*-1))) (. .)))")
     >>> print(normalize_ptb_tree(t))
     (TOP (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))
     """
+    from nltk import Tree
 
     def clean(node):
         if not isinstance(node, Tree):

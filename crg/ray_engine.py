@@ -28,6 +28,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -68,16 +69,23 @@ class RayConfig:
 @dataclass
 class ParserSpec:
     """How an actor builds its parser (:func:`crg.parse.make_parser` arguments): a parser object itself
-    would be pickled to every task, a spec is built once per actor."""
+    would be pickled to every task, a spec is built once per actor. The backend's factory is looked up here,
+    in the driver (an unknown name fails before Ray starts), and travels with the spec by reference, so an
+    actor imports the module of a plugged-in backend (:func:`crg.parse.register_parser`) by itself."""
 
     name: str = "spacy"
     model: str | None = None
     options: dict = field(default_factory=dict)
+    factory: Callable | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.factory is None:
+            from crg.parse import parser_factory
+
+            self.factory = parser_factory(self.name)
 
     def make(self):
-        from crg.parse import make_parser
-
-        return make_parser(self.name, self.model, **self.options)
+        return self.factory(self.model, **self.options)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Build the Concept & Relation Graph of a caption corpus (the program is crg/cli/build_crg.py).
+"""Build the Concept & Relation Graph of a caption corpus (the program is crg/cli/build_crg.py; --data NAME comes
+from features/cli/build_crg.py, which hands it the dataset catalog).
 
     python experiments/build_crg.py --captions ../shared/data/flickr30k/captions.jsonl --split train --out runs/crg_f30k --dump
 
@@ -7,7 +8,7 @@
 
 import sys
 
-from crg.cli.build_crg import main
+from features.cli.build_crg import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,6 +5,11 @@
 Writes ``OUT/graph.npz`` + ``OUT/graph_strings.json.gz`` (load with ``crg.load_graph``),
 ``OUT/stats.json`` (Table 1's columns and what was skipped) and, with ``--dump``,
 ``OUT/captions.jsonl``. Parses are cached (``--cache``), so a rerun does not parse again.
+
+    gc-build-crg --data world --out runs/crg_world
+
+``--data NAME`` (a named dataset, the world generated on first use) is an option of ``gc-build-crg``, which
+brings the dataset catalog; ``python -m crg.cli.build_crg`` reads corpus files only.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 from crg.build import build_crg
 from crg.corpus import CORPUS_FORMATS, CorpusFormatError, read_corpus
@@ -25,12 +31,14 @@ from crg.parse import add_parser_arguments, make_parser
 from crg.parse_cache import ParseCache, default_cache_path
 
 
-def build_argparser() -> argparse.ArgumentParser:
+def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
+    """The options; ``named_datasets``: also ``--data NAME`` (when a dataset catalog is given to :func:`main`)."""
     ap = argparse.ArgumentParser(prog="gc-build-crg", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--captions", help="caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
-    src.add_argument("--data", help="a named dataset: world (generated offline), f30k, coco (features/catalog.py)")
+    if named_datasets:
+        src.add_argument("--data", help="a named dataset: world (generated offline), f30k, coco")
     ap.add_argument("--format", choices=CORPUS_FORMATS, default=None, help="corpus format (default: detect)")
     ap.add_argument("--split", default=None,
                     help="comma-separated splits to use, e.g. train or val,test (default: all images)")
@@ -104,13 +112,14 @@ def _build_with_ray(args, corpus, parser_key: str):
     return build.graph, build.report, build.engine
 
 
-def main(argv=None) -> int:
-    args = build_argparser().parse_args(argv)
+def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
+    """Run the command. ``resolve_dataset(name, progress=...)`` turns ``--data NAME`` into a spec with
+    ``.captions`` and ``.parser_for(parser, parser_model)``: the dataset catalog, which lives in a layer above
+    ``crg`` and is passed in by the console program (``gc-build-crg``); without it there is no ``--data``."""
+    args = build_argparser(named_datasets=resolve_dataset is not None).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
-    if args.data:
-        from features.catalog import resolve_dataset
-
+    if getattr(args, "data", None):
         spec = resolve_dataset(args.data, progress=not args.quiet)
         args.captions = str(spec.captions)
         try:

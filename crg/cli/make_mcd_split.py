@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Callable
 
 from crg.compounds import COMPOUND_DEFINITIONS, TEMPLATE
 from crg.corpus import CORPUS_FORMATS
@@ -45,13 +46,18 @@ from crg.outputs import OutputDirError, prepare_output_dir
 from crg.parse import add_parser_arguments
 
 
-def build_argparser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
+    """The options; ``named_datasets``: also ``--data NAME`` and the world's size and seed (when a dataset
+    catalog is given to :func:`main`)."""
+    ap = argparse.ArgumentParser(prog="gc-make-mcd-split", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", help="training caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
-    ap.add_argument("--data", help="a named dataset instead of --train: world (generated offline), f30k, coco; "
-                                   "with no --candidates, a within-corpus split")
-    ap.add_argument("--world-images", type=int, default=4000, help="--data world: images of the world (default 4000)")
-    ap.add_argument("--world-seed", type=int, default=0, help="--data world: the world's seed (default 0)")
+    if named_datasets:
+        ap.add_argument("--data", help="a named dataset instead of --train: world (generated offline), f30k, coco; "
+                                       "with no --candidates, a within-corpus split")
+        ap.add_argument("--world-images", type=int, default=4000,
+                        help="--data world: images of the world (default 4000)")
+        ap.add_argument("--world-seed", type=int, default=0, help="--data world: the world's seed (default 0)")
     ap.add_argument("--train-split", default=None, help="comma-separated training splits (default: all images)")
     ap.add_argument("--train-format", choices=CORPUS_FORMATS, default=None, help="default: detect")
     ap.add_argument("--candidates", default=None, help="corpus to select evaluation images from (default: --train)")
@@ -120,14 +126,17 @@ def _splits(text: str | None) -> list[str] | None:
     return None if not text else [s.strip() for s in text.split(",") if s.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = build_argparser()
+def main(argv: list[str] | None = None, *, resolve_dataset: Callable | None = None) -> int:
+    """Run the command. ``resolve_dataset(name, world_images=, world_seed=, progress=)`` turns ``--data NAME``
+    into a spec with ``.captions`` and ``.parser_for(parser, parser_model)``: the dataset catalog, which lives
+    in a layer above ``crg`` and is passed in by the console program (``gc-make-mcd-split``); without it there
+    is no ``--data``."""
+    ap = build_argparser(named_datasets=resolve_dataset is not None)
     args = ap.parse_args(argv)
+    args.data = getattr(args, "data", None)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser_name, parser_model = args.parser or "spacy", args.parser_model
     if args.data:
-        from features.catalog import resolve_dataset
-
         spec = resolve_dataset(args.data, world_images=args.world_images, world_seed=args.world_seed,
                                progress=not args.quiet)
         args.train = str(spec.captions)

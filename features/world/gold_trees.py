@@ -34,15 +34,18 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
-from nltk import Tree
-
+from crg.parse import register_parser
 from crg.parser_base import ConstituencyParser
 from features.world.grammar import parse_caption_tree
 from features.world.scene import WorldConfig
 
+if TYPE_CHECKING:  # nltk is imported where a tree is built (gold_tree): generating a world writes strings
+    from nltk import Tree
+
 __all__ = ["caption_tokens", "gold_tree", "gold_tree_string", "gold_tree_line", "WorldGrammarParser",
-           "GOLD_TREES_VERSION"]
+           "make_world_parser", "GOLD_TREES_VERSION"]
 
 # bumped whenever the trees of a caption change (the bracketing, the tokens): parse caches key on it
 GOLD_TREES_VERSION = 1
@@ -81,8 +84,10 @@ def gold_tree(text: str, cfg: WorldConfig = WorldConfig()) -> Tree:
     >>> root.predicate.template, [c.predicate.template for c in root.children]
     ('[NP] is on top of [NP]', ['a red [NN]', 'a glass [NN]'])
     """
+    from nltk import Tree
+
     tree, tokens = _skeleton(text, cfg)
-    return Tree("TOP", [_to_tree(tree, tokens)])
+    return Tree("TOP", [_to_tree(tree, tokens, Tree)])
 
 
 def _skeleton(text: str, cfg: WorldConfig) -> tuple[list, list[str]]:
@@ -129,6 +134,18 @@ class WorldGrammarParser(ConstituencyParser):
         return f"world:gold-trees-v{GOLD_TREES_VERSION}:{hash_config(self.cfg)}"
 
 
+def make_world_parser(model: str | None = None, **_batching) -> WorldGrammarParser:
+    """``--parser world``: the factory registered with :mod:`crg.parse` (and named by this distribution's
+    ``crg.parsers`` entry point), so that ``crg`` builds the world's parser without importing this layer.
+    Batch options (``batch_size``, ...) mean nothing to a grammar; a model file does, so it is refused."""
+    if model is not None:
+        raise ValueError(f"--parser world reads the world's own grammar and takes no --parser-model (got {model!r})")
+    return WorldGrammarParser()
+
+
+register_parser("world", make_world_parser)
+
+
 def hash_config(cfg: WorldConfig) -> str:
     """A short stable digest of the world's vocabulary settings (what the grammar's reader depends on)."""
     import hashlib
@@ -168,10 +185,10 @@ def _attach(node, leaf: tuple[str, int]) -> None:
     children.insert(at, list(leaf))
 
 
-def _to_tree(node, tokens: list[str]) -> Tree:
+def _to_tree(node, tokens: list[str], tree_class: type[Tree]) -> Tree:
     if len(node) == 2:
-        return Tree(node[0], [tokens[node[1]]])
-    return Tree(node[0], [_to_tree(child, tokens) for child in node[1]])
+        return tree_class(node[0], [tokens[node[1]]])
+    return tree_class(node[0], [_to_tree(child, tokens, tree_class) for child in node[1]])
 
 
 def _render(node, tokens: list[str]) -> str:
