@@ -62,6 +62,9 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
                                                      "run's, from its results.json; else 4000)")
     ap.add_argument("--world-split", choices=WORLD_SPLITS, help="--data world: compositional or random (default: "
                                                                 "the run's, from its results.json; else compositional)")
+    ap.add_argument("--world-held-out", type=int, nargs=3, metavar=("SEED", "PAIRS", "FACTS"),
+                    help="--data world: the held-out compounds' seed, colour-shape pairs and relation facts "
+                         "(default: the run's, from its results.json; else 0 8 6)")
     ap.add_argument("--world-dir", help="a generated world's directory, for exact truth when --data is a file of it")
     ap.add_argument("--parser", choices=PARSERS, help="constituency parser for the CRG (default: the run's, from its "
                                                       "results.json; else the dataset's: the world's gold trees, spacy)")
@@ -154,9 +157,12 @@ def load(args):
             parser, parser_model = run.get("parser"), run.get("parser_model")
         # a run without the field predates the compositional default: its world had the random split
         world_split = args.world_split or run.get("world_split") or ("random" if run else "compositional")
+        held_out = tuple(args.world_held_out) if args.world_held_out else (
+            run.get("world_held_out_seed", 0), run.get("world_held_out_pairs", 8), run.get("world_held_out_facts", 6))
         data = load_eval_data(args.data, split=args.split, captions=args.captions, features=args.features,
                               eval_images=args.eval_images, max_regions=max_regions, world_images=world_images,
-                              world_split=world_split,
+                              world_split=world_split, world_held_out_seed=held_out[0],
+                              world_held_out_pairs=held_out[1], world_held_out_facts=held_out[2],
                               world_dir=args.world_dir, parser=parser, parser_model=parser_model,
                               device=device, progress=not args.quiet)
     except FileNotFoundError as err:

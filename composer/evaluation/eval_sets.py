@@ -102,7 +102,9 @@ def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
 
 def load_eval_data(data: str, *, split: str = "test", captions: str | None = None, features: str | None = None,
                    eval_images: int = 1000, max_regions: int = 100, world_images: int = 4000,
-                   world_split: str = "compositional", world_dir: str | Path | None = None, parser: str | None = None,
+                   world_split: str = "compositional", world_held_out_seed: int = 0,
+                   world_held_out_pairs: int = 8, world_held_out_facts: int = 6,
+                   world_dir: str | Path | None = None, parser: str | None = None,
                    parser_model: str | None = None,
                    device: str | torch.device = "cpu", progress: bool = False, prune_probability: float = 0.0,
                    prune_seed: int = 0) -> EvalData:
@@ -113,6 +115,8 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
         captions, features: override the dataset's caption corpus / feature store.
         eval_images: candidate images (the paper's 1,000).
         max_regions: detector regions per image (plus the global one), as in training.
+        world_images, world_split, world_held_out_seed, world_held_out_pairs, world_held_out_facts: the
+            generated world's (:class:`composer.training.data.DataConfig`).
         world_dir: a generated world's directory, for exact truth when ``data`` is one of its files
             (e.g. an MCD split of the world); found automatically for ``data="world"``.
         parser, parser_model: the CRG's parser (default: the dataset's; the world: its gold trees).
@@ -125,7 +129,9 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
     from features.store import FeatureStore
 
     spec = resolve_dataset(data, captions=captions, features=features, world_images=world_images,
-                           world_split=world_split, progress=progress)
+                           world_split=world_split, world_held_out_seed=world_held_out_seed,
+                           world_held_out_pairs=world_held_out_pairs, world_held_out_facts=world_held_out_facts,
+                           progress=progress)
     splits = resolve_splits(spec, split)
     parser, parser_model = spec.parser_for(parser, parser_model)  # None: the dataset's (the world: its gold trees)
     graph, _ = get_or_build_graph(spec.captions, splits, parser_name=parser, parser_model=parser_model,
