@@ -417,9 +417,14 @@ class CompositionDataModule(L.LightningDataModule):
             oracles = truth.oracle_scores(texts, image_ids)
             if oracles is not None:
                 ceilings = ceiling_reports(oracles, ev.caption_image, positives)
+        unseen = None
+        if role != "train" and "train" in self.graphs:  # captions also written, word for word, in training
+            from composer.evaluation.caption_subsets import unseen_in_training
+
+            unseen = unseen_in_training([p.texts[p.root] for p in programs], self.graphs["train"].caption_texts)
         return SentenceRetrievalSet(role, image_ids, programs, ev.caption_image,
                                     partial(_read_regions, self.store, image_ids, self.cfg.max_regions),
-                                    positives=positives, ceilings=ceilings)
+                                    positives=positives, ceilings=ceilings, unseen_in_training=unseen)
 
     def exact_truth(self):
         """The dataset's exact truth (:class:`composer.evaluation.truth.ExactTruth`), or None; loaded once."""
