@@ -213,7 +213,8 @@ def main(argv=None) -> int:
         report = eval_set.report(res.scores, seconds=res.seconds)
         results["sentence"] = {**report["sentence"], **{k: report[k] for k in ("chance_R@1", "seconds",
                                                                              "pairs_per_second")}}
-        for key in ("sentence_any_true", "ceilings", "sentence_by_length"):  # the first two: where the dataset knows its exact truth
+        # the first two where the dataset knows its exact truth
+        for key in ("sentence_any_true", "ceilings", "sentence_by_length"):
             if key in report:
                 results[key] = report[key]
         if args.save_scores:

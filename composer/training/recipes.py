@@ -82,7 +82,8 @@ class RecipeOverrides:
             ``{"loss": {"mvsa": "nll"}}``); checked against the model's config dataclass.
         lr, epochs, grad_clip, use_mvsa, use_order: :class:`OptimConfig` fields.
         batch_size, max_regions, eval_images, world_images, world_split, world_held_out_seed,
-            world_held_out_pairs, world_held_out_facts, captions, features, num_workers, seed, prune_probability, prune_seed, parser, parser_model, hard_negative_captions:
+            world_held_out_pairs, world_held_out_facts, captions, features, num_workers, seed, prune_probability,
+            prune_seed, parser, parser_model, hard_negative_captions:
             :class:`DataConfig` fields.
         val_every: epochs between validations.
         mvsa_concepts: phrases per positive caption for the flat model's MVSA.

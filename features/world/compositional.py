@@ -58,7 +58,8 @@ class CompositionalConfig:
             its captions mentions one. A caption that must mention a compound is longer than a free one
             (on the 4,000-image world, 6.98 against 5.72 atoms and 10.9 % against 22.1 % bare noun phrases
             when ``test_iid`` was drawn as training is; 7.02 and 12.4 % with control compounds), so without
-            this the in-domain - systematic gap mixes caption form into composition. ``False``: ``test_iid`` is drawn as ``train`` and ``val`` are (worlds before v4).
+            this the in-domain - systematic gap mixes caption form into composition. ``False``: ``test_iid``
+            is drawn as ``train`` and ``val`` are (worlds before v4).
     """
 
     split_fractions: tuple[float, ...] = (0.6, 0.1, 0.1, 0.1, 0.1)
