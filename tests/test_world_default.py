@@ -98,3 +98,15 @@ def test_truth_that_denies_a_caption_its_own_image_is_refused():
         _set([[False, True, False], [False, True, False]])
     with pytest.raises(ValueError, match="shape"):
         _set([[True, True], [False, True]])
+
+
+def test_evaluation_sets_know_the_training_captions_for_r1_on_unseen_captions(data_dir):
+    import json
+
+    from composer.evaluation.eval_sets import load_eval_data
+
+    data = load_eval_data("world", split="test", eval_images=5, max_regions=6, world_images=60)
+    (world,) = [d for d in data_dir.iterdir() if d.name.endswith("-n60")]
+    rows = [json.loads(line) for line in (world / "captions.jsonl").read_text().splitlines()]
+    assert data.training_texts == [c for r in rows if r["split"] == "train" for c in r["captions"]]
+    assert load_eval_data("world", split="train", eval_images=5, max_regions=6, world_images=60).training_texts is None

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from composer.evaluation.caption_subsets import unseen_in_training
 from composer.evaluation.eval_sets import load_eval_data
 from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
 from composer.evaluation.rerank import shortlist_and_rerank
@@ -206,15 +207,16 @@ def main(argv=None) -> int:
         texts = [data.graph.caption_texts[c] for c in data.captions]
         positives = data.truth.positives(texts, data.image_ids) if data.truth is not None else None
         oracles = data.truth.oracle_scores(texts, data.image_ids) if data.truth is not None else None
+        unseen = None if data.training_texts is None else unseen_in_training(texts, data.training_texts)
         eval_set = SentenceRetrievalSet(args.split, data.image_ids, programs, data.caption_image, lambda: None,
-                                        positives=positives,
+                                        positives=positives, unseen_in_training=unseen,
                                         ceilings=None if oracles is None else ceiling_reports(
                                             oracles, data.caption_image, positives))
         report = eval_set.report(res.scores, seconds=res.seconds)
         results["sentence"] = {**report["sentence"], **{k: report[k] for k in ("chance_R@1", "seconds",
                                                                              "pairs_per_second")}}
-        # the first two where the dataset knows its exact truth
-        for key in ("sentence_any_true", "ceilings", "sentence_by_length"):
+        # the first two where the dataset knows its exact truth, the last where it has training captions
+        for key in ("sentence_any_true", "ceilings", "sentence_by_length", "unseen_in_training"):
             if key in report:
                 results[key] = report[key]
         if args.save_scores:

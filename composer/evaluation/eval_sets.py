@@ -68,6 +68,8 @@ class EvalData:
             world has one), else None.
         store: the feature store, for images outside the candidates; max_regions: regions read per image.
         parser: ``(parser, parser_model)`` the CRG was built with, for texts outside it.
+        training_texts: the corpus's training captions (its ``train_splits``) when the evaluated images are not
+            among them, for R@1 on the captions not seen verbatim in training; else None.
     """
 
     name: str
@@ -83,6 +85,7 @@ class EvalData:
     store: object
     max_regions: int
     parser: tuple[str, str | None] = ("spacy", None)
+    training_texts: list[str] | None = None
 
 
 def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
@@ -143,7 +146,11 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
     store_path = spec.require_features()
     # as training does: a damaged store (NaN values, missing images, wrong shapes) is refused here, with
     # the problems listed, instead of turning into wrong scores
-    require_valid_store(store_path, read_corpus(spec.captions))
+    corpus = read_corpus(spec.captions)
+    require_valid_store(store_path, corpus)
+    training_texts = None
+    if splits is not None and not set(splits) & set(spec.train_splits):
+        training_texts = [c for im in corpus.images if im.split in spec.train_splits for c in im.captions] or None
     store = FeatureStore(store_path)
     batch = store.read_batch(ev.image_ids, max_regions, add_global=True)
     world = Path(world_dir) if world_dir is not None else spec.world_dir
@@ -154,4 +161,5 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
                     caption_image=np.asarray(ev.caption_image), regions=torch.from_numpy(batch.features).to(device),
                     geometry=torch.from_numpy(batch.geometry).to(device),
                     region_mask=torch.from_numpy(batch.mask).to(device), truth=truth,
-                    store=store, max_regions=max_regions, parser=(parser, parser_model))
+                    store=store, max_regions=max_regions, parser=(parser, parser_model),
+                    training_texts=training_texts)
