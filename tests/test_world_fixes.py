@@ -256,3 +256,14 @@ def test_a_world_may_hold_out_relation_compounds_only(tmp_path):
         assert holds_one == (r["split"] == "test_systematic"), r["image_id"]
     with pytest.raises(ValueError, match="at least one"):
         CompositionalConfig(num_attribute_compounds=0, num_relation_compounds=0)
+
+
+def test_the_study_profile_passes_its_held_out_settings_to_every_run():
+    from composer.study.config import get_profile, study_runs
+    from composer.study.runner import run_recipe
+
+    profile = get_profile("smoke", world_held_out_seed=4321, world_held_out_pairs=5, world_held_out_facts=2)
+    for run in study_runs(profile)[:3]:
+        data = run_recipe(run, 0, profile).data
+        assert (data.world_held_out_seed, data.world_held_out_pairs, data.world_held_out_facts) == (4321, 5, 2)
+        assert data.world_images == profile.world_images
