@@ -7,7 +7,10 @@
   ``world_split="compositional"`` (default) holds compounds out of training (docs/world.md): the model
   trains on ``train``, validates on ``val``, is tested in-domain on ``test_iid`` and, as extra evaluation
   sets, on ``test_systematic`` (held-out combinations) and ``test_productivity`` (longer captions).
-  ``world_split="random"`` is the earlier i.i.d. 80/10/10 split.
+  ``world_split="random"`` is the earlier i.i.d. 80/10/10 split. ``world_held_out_seed`` / ``_pairs`` /
+  ``_facts`` choose which compounds are held out (the generator's ``--held-out-seed`` / ``--held-out-pairs`` /
+  ``--held-out-facts``); other than the defaults (0, 8, 6) they are in the folder's name
+  (``...-n4000-h4321p8f6``), and a folder whose ``world.json`` records other settings is refused, never reused.
 * ``f30k`` -- Flickr30K, Karpathy splits (train / val / test = 29,000 / 1,014 / 1,000 images). Captions
   default to ``../shared/data/flickr30k/captions.jsonl`` when present; features must be given
   (``--features STORE``, see docs/features.md).
@@ -22,7 +25,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DatasetSpec", "resolve_dataset", "DATASETS", "WORLD_SPLITS", "data_root", "exact_truth", "world_dir"]
+__all__ = ["DatasetSpec", "resolve_dataset", "DATASETS", "WORLD_SPLITS", "data_root", "exact_truth", "world_config",
+           "world_dir"]
 
 _REPO = Path(__file__).resolve().parents[1]
 _SHARED = _REPO.parent / "shared" / "data"
@@ -99,30 +103,73 @@ def data_root() -> Path:
     return Path(root)
 
 
-def world_dir(world_images: int, world_seed: int = 0, world_split: str = "compositional") -> Path:
+_HELD_OUT_DEFAULTS = (0, 8, 6)  # CompositionalConfig's seed, attribute and relation compounds
+
+
+def world_config(world_images: int, world_seed: int = 0, world_split: str = "compositional",
+                 held_out_seed: int = 0, held_out_pairs: int = 8, held_out_facts: int = 6):
+    """The generator's config of ``--data world`` (:class:`features.world.generate.GenerateConfig`)."""
+    from features.world.compositional import CompositionalConfig
+    from features.world.generate import GenerateConfig
+
+    if world_split not in WORLD_SPLITS:
+        raise ValueError(f"world_split must be one of {WORLD_SPLITS}, got {world_split!r}")
+    held = (held_out_seed, held_out_pairs, held_out_facts)
+    if world_split == "random":
+        if held != _HELD_OUT_DEFAULTS:
+            raise ValueError(f"world held-out settings {held} given for a random split, which holds nothing out")
+        return GenerateConfig(num_images=world_images, seed=world_seed)
+    return GenerateConfig(num_images=world_images, seed=world_seed, compositional=CompositionalConfig(
+        seed=held_out_seed, num_attribute_compounds=held_out_pairs, num_relation_compounds=held_out_facts))
+
+
+def world_dir(world_images: int, world_seed: int = 0, world_split: str = "compositional",
+              held_out_seed: int = 0, held_out_pairs: int = 8, held_out_facts: int = 6) -> Path:
     """Where ``--data world`` lives; the generator's version is in the name, so a world of an older
-    generator is never taken for today's."""
+    generator is never taken for today's, and so are held-out settings other than the defaults."""
     from features.world.generate import WORLD_VERSION
 
     if world_split not in WORLD_SPLITS:
         raise ValueError(f"world_split must be one of {WORLD_SPLITS}, got {world_split!r}")
-    return data_root() / f"world-v{WORLD_VERSION}-{world_split}-s{world_seed}-n{world_images}"
+    held = (held_out_seed, held_out_pairs, held_out_facts)
+    suffix = "" if held == _HELD_OUT_DEFAULTS else f"-h{held_out_seed}p{held_out_pairs}f{held_out_facts}"
+    return data_root() / f"world-v{WORLD_VERSION}-{world_split}-s{world_seed}-n{world_images}{suffix}"
+
+
+def _check_world_settings(out: Path, cfg) -> None:
+    """Refuse a cached world whose ``world.json`` records other generator settings (e.g. another held-out set)."""
+    import json
+
+    from features.world.generate import generator_settings
+
+    recorded = json.loads((out / "world.json").read_text(encoding="utf-8"))
+    want = generator_settings(cfg)
+    # what is rendered (PNGs) does not change the data
+    if recorded.get("version") != want["version"] or \
+            {k: v for k, v in (recorded.get("config") or {}).items() if k != "render"} != \
+            {k: v for k, v in want["config"].items() if k != "render"}:
+        raise ValueError(f"{out}/world.json records other generator settings than asked for (version "
+                         f"{recorded.get('version')}, compositional {recorded.get('config', {}).get('compositional')}; "
+                         f"asked: version {want['version']}, compositional {want['config']['compositional']}): "
+                         f"delete the folder or set GC_DATA_DIR elsewhere")
 
 
 def resolve_dataset(name: str, *, captions: str | Path | None = None, features: str | Path | None = None,
                     world_images: int = 4000, world_seed: int = 0, world_split: str = "compositional",
+                    world_held_out_seed: int = 0, world_held_out_pairs: int = 8, world_held_out_facts: int = 6,
                     progress: bool = True) -> DatasetSpec:
     """Resolve ``--data NAME`` (plus optional ``--captions`` / ``--features`` overrides)."""
     if name == "world":
-        from features.world.compositional import CompositionalConfig
-        from features.world.generate import GenerateConfig, generate_world
+        from features.world.generate import generate_world
 
-        out = world_dir(world_images, world_seed, world_split)
+        held = (world_held_out_seed, world_held_out_pairs, world_held_out_facts)
+        cfg = world_config(world_images, world_seed, world_split, *held)
+        out = world_dir(world_images, world_seed, world_split, *held)
         compositional = world_split == "compositional"
         if not (out / "world.json").exists():
-            generate_world(out, GenerateConfig(num_images=world_images, seed=world_seed,
-                                               compositional=CompositionalConfig() if compositional else None),
-                           progress=progress)
+            generate_world(out, cfg, progress=progress)
+        else:
+            _check_world_settings(out, cfg)
         spec = DatasetSpec("world", Path(captions or out / "captions.jsonl"), Path(features or out / "features.h5"),
                            world_dir=out, parser="world")
         if compositional:

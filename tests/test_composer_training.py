@@ -119,7 +119,8 @@ def test_validation_scores_the_eval_set_and_keeps_the_report(tiny_world, tmp_pat
     assert eval_set.texts == [g.concept_texts[g.caption_root[c]] for c in ev.captions]  # the sentences CLIP scores
     assert eval_set.caption_image.tolist() == ev.caption_image.tolist()
     report = module.results["val"]
-    assert set(report) == {"sentence", "num_images", "num_captions", "pairs_per_second", "seconds", "chance_R@1"}
+    assert set(report) == {"sentence", "num_images", "num_captions", "pairs_per_second", "seconds", "chance_R@1",
+                           "sentence_by_length", "unseen_in_training"}
     assert (report["num_images"], report["num_captions"]) == (len(ev.image_ids), len(ev.captions))
     regions, geometry, mask = eval_set.read_regions()
     direct = score_sentence_retrieval(module.model, module.tokenizer, regions, geometry, mask, eval_set.programs,

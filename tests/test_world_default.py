@@ -49,6 +49,19 @@ def test_training_reports_every_test_set_with_any_true_recall_and_ceilings(data_
         assert set(ceilings) == {"exact", "bound_objects", "bag_of_words"}
         assert ceilings["exact"]["sentence_any_true"]["R@1"] == 100.0  # exact truth ranks a true image first
         assert ceilings["bag_of_words"]["sentence"]["R@1"] <= ceilings["exact"]["sentence"]["R@1"] + 1e-9
+    for name in ("test", "systematic", "productivity"):  # R@1 within caption-length buckets covers every caption
+        by_length = results[name]["sentence_by_length"]
+        assert sum(b["num_captions"] for b in by_length.values()) == results[name]["num_captions"]
+    # in-domain R@1 on the captions not written word for word in training, counted here from the files
+    import json
+
+    rows = [json.loads(line) for line in (results_world(data_dir) / "captions.jsonl").read_text().splitlines()]
+    norm = lambda t: " ".join(t.lower().replace(".", " ").replace(",", " ").split())  # noqa: E731
+    train_texts = {norm(c) for r in rows if r["split"] == "train" for c in r["captions"]}
+    test_texts = [c for r in [r for r in rows if r["split"] == "test_iid"][:8] for c in r["captions"]]
+    unseen = results["test"]["unseen_in_training"]
+    assert unseen["num_captions"] == sum(norm(c) not in train_texts for c in test_texts)
+    assert unseen["num_captions"] < len(test_texts) or unseen["R@1"] == results["test"]["sentence"]["R@1"]
     for name in ("test", "systematic"):  # the world's minimal pairs, scored by the trained model
         twins = results[name]["twins"]
         assert twins["groups"] > 0 and all(0.0 <= twins[k] <= 100.0 for k in ("text", "image", "group"))
@@ -57,6 +70,12 @@ def test_training_reports_every_test_set_with_any_true_recall_and_ceilings(data_
     assert "twins, systematic: text" in table
     assert "generalisation gap" in table and "systematic" in table and "bound_objects" in table
     assert "relative to each set's exact-truth ceiling" in table
+    assert "R@1 by caption length" in table and "not seen verbatim in training" in table
+
+
+def results_world(data_dir):
+    (world,) = [d for d in data_dir.iterdir() if d.name.endswith("-n80")]
+    return world
 
 
 def _set(positives, caption_image=(0, 1)):
@@ -79,3 +98,15 @@ def test_truth_that_denies_a_caption_its_own_image_is_refused():
         _set([[False, True, False], [False, True, False]])
     with pytest.raises(ValueError, match="shape"):
         _set([[True, True], [False, True]])
+
+
+def test_evaluation_sets_know_the_training_captions_for_r1_on_unseen_captions(data_dir):
+    import json
+
+    from composer.evaluation.eval_sets import load_eval_data
+
+    data = load_eval_data("world", split="test", eval_images=5, max_regions=6, world_images=60)
+    (world,) = [d for d in data_dir.iterdir() if d.name.endswith("-n60")]
+    rows = [json.loads(line) for line in (world / "captions.jsonl").read_text().splitlines()]
+    assert data.training_texts == [c for r in rows if r["split"] == "train" for c in r["captions"]]
+    assert load_eval_data("world", split="train", eval_images=5, max_regions=6, world_images=60).training_texts is None

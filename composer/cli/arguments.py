@@ -46,6 +46,12 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--world-split", choices=WORLD_SPLITS,
                        help="--data world: compositional (default: compounds held out of training, tested in-domain, "
                             "systematic and productivity) or random (an i.i.d. 80/10/10 split)")
+    group.add_argument("--world-held-out-seed", type=int, dest="world_held_out_seed",
+                       help="--data world: which compounds are held out (default 0; the generator's --held-out-seed)")
+    group.add_argument("--world-held-out-pairs", type=int, dest="world_held_out_pairs",
+                       help="--data world: held-out colour-shape pairs (default 8)")
+    group.add_argument("--world-held-out-facts", type=int, dest="world_held_out_facts",
+                       help="--data world: held-out relation facts between two shapes (default 6)")
     group.add_argument("--hard-negatives", type=int, dest="hard_negative_captions", metavar="N",
                        help="caption negatives per positive drawn from its 100 nearest captions of other images "
                             "(ViLBERT's hard distractor: 1; default 0: all random; not the CLIP family)")
@@ -73,7 +79,9 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
     return RecipeOverrides(
         preset=args.preset, text_model=args.text_model, lr=args.lr, epochs=args.epochs, grad_clip=args.grad_clip,
         batch_size=args.batch_size, max_regions=args.max_regions, eval_images=args.eval_images,
-        world_images=args.world_images, world_split=args.world_split, captions=args.captions, features=args.features,
+        world_images=args.world_images, world_split=args.world_split,
+        world_held_out_seed=args.world_held_out_seed, world_held_out_pairs=args.world_held_out_pairs,
+        world_held_out_facts=args.world_held_out_facts, captions=args.captions, features=args.features,
         num_workers=args.num_workers, seed=args.seed, val_every=args.val_every, parser=args.parser,
         parser_model=args.parser_model, hard_negative_captions=args.hard_negative_captions, **model_specific)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from composer.evaluation.caption_subsets import unseen_in_training
 from composer.evaluation.eval_sets import load_eval_data
 from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
 from composer.evaluation.rerank import shortlist_and_rerank
@@ -62,6 +63,9 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
                                                      "run's, from its results.json; else 4000)")
     ap.add_argument("--world-split", choices=WORLD_SPLITS, help="--data world: compositional or random (default: "
                                                                 "the run's, from its results.json; else compositional)")
+    ap.add_argument("--world-held-out", type=int, nargs=3, metavar=("SEED", "PAIRS", "FACTS"),
+                    help="--data world: the held-out compounds' seed, colour-shape pairs and relation facts "
+                         "(default: the run's, from its results.json; else 0 8 6)")
     ap.add_argument("--world-dir", help="a generated world's directory, for exact truth when --data is a file of it")
     ap.add_argument("--parser", choices=PARSERS, help="constituency parser for the CRG (default: the run's, from its "
                                                       "results.json; else the dataset's: the world's gold trees, spacy)")
@@ -154,9 +158,12 @@ def load(args):
             parser, parser_model = run.get("parser"), run.get("parser_model")
         # a run without the field predates the compositional default: its world had the random split
         world_split = args.world_split or run.get("world_split") or ("random" if run else "compositional")
+        held_out = tuple(args.world_held_out) if args.world_held_out else (
+            run.get("world_held_out_seed", 0), run.get("world_held_out_pairs", 8), run.get("world_held_out_facts", 6))
         data = load_eval_data(args.data, split=args.split, captions=args.captions, features=args.features,
                               eval_images=args.eval_images, max_regions=max_regions, world_images=world_images,
-                              world_split=world_split,
+                              world_split=world_split, world_held_out_seed=held_out[0],
+                              world_held_out_pairs=held_out[1], world_held_out_facts=held_out[2],
                               world_dir=args.world_dir, parser=parser, parser_model=parser_model,
                               device=device, progress=not args.quiet)
     except FileNotFoundError as err:
@@ -200,14 +207,16 @@ def main(argv=None) -> int:
         texts = [data.graph.caption_texts[c] for c in data.captions]
         positives = data.truth.positives(texts, data.image_ids) if data.truth is not None else None
         oracles = data.truth.oracle_scores(texts, data.image_ids) if data.truth is not None else None
+        unseen = None if data.training_texts is None else unseen_in_training(texts, data.training_texts)
         eval_set = SentenceRetrievalSet(args.split, data.image_ids, programs, data.caption_image, lambda: None,
-                                        positives=positives,
+                                        positives=positives, unseen_in_training=unseen,
                                         ceilings=None if oracles is None else ceiling_reports(
                                             oracles, data.caption_image, positives))
         report = eval_set.report(res.scores, seconds=res.seconds)
         results["sentence"] = {**report["sentence"], **{k: report[k] for k in ("chance_R@1", "seconds",
                                                                              "pairs_per_second")}}
-        for key in ("sentence_any_true", "ceilings"):  # where the dataset knows its exact truth
+        # the first two where the dataset knows its exact truth, the last where it has training captions
+        for key in ("sentence_any_true", "ceilings", "sentence_by_length", "unseen_in_training"):
             if key in report:
                 results[key] = report[key]
         if args.save_scores:

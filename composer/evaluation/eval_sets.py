@@ -68,6 +68,8 @@ class EvalData:
             world has one), else None.
         store: the feature store, for images outside the candidates; max_regions: regions read per image.
         parser: ``(parser, parser_model)`` the CRG was built with, for texts outside it.
+        training_texts: the corpus's training captions (its ``train_splits``) when the evaluated images are not
+            among them, for R@1 on the captions not seen verbatim in training; else None.
     """
 
     name: str
@@ -83,6 +85,7 @@ class EvalData:
     store: object
     max_regions: int
     parser: tuple[str, str | None] = ("spacy", None)
+    training_texts: list[str] | None = None
 
 
 def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
@@ -102,7 +105,9 @@ def resolve_splits(spec, split: str) -> tuple[str, ...] | None:
 
 def load_eval_data(data: str, *, split: str = "test", captions: str | None = None, features: str | None = None,
                    eval_images: int = 1000, max_regions: int = 100, world_images: int = 4000,
-                   world_split: str = "compositional", world_dir: str | Path | None = None, parser: str | None = None,
+                   world_split: str = "compositional", world_held_out_seed: int = 0,
+                   world_held_out_pairs: int = 8, world_held_out_facts: int = 6,
+                   world_dir: str | Path | None = None, parser: str | None = None,
                    parser_model: str | None = None,
                    device: str | torch.device = "cpu", progress: bool = False, prune_probability: float = 0.0,
                    prune_seed: int = 0) -> EvalData:
@@ -113,6 +118,8 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
         captions, features: override the dataset's caption corpus / feature store.
         eval_images: candidate images (the paper's 1,000).
         max_regions: detector regions per image (plus the global one), as in training.
+        world_images, world_split, world_held_out_seed, world_held_out_pairs, world_held_out_facts: the
+            generated world's (:class:`composer.training.data.DataConfig`).
         world_dir: a generated world's directory, for exact truth when ``data`` is one of its files
             (e.g. an MCD split of the world); found automatically for ``data="world"``.
         parser, parser_model: the CRG's parser (default: the dataset's; the world: its gold trees).
@@ -125,7 +132,9 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
     from features.store import FeatureStore
 
     spec = resolve_dataset(data, captions=captions, features=features, world_images=world_images,
-                           world_split=world_split, progress=progress)
+                           world_split=world_split, world_held_out_seed=world_held_out_seed,
+                           world_held_out_pairs=world_held_out_pairs, world_held_out_facts=world_held_out_facts,
+                           progress=progress)
     splits = resolve_splits(spec, split)
     parser, parser_model = spec.parser_for(parser, parser_model)  # None: the dataset's (the world: its gold trees)
     graph, _ = get_or_build_graph(spec.captions, splits, parser_name=parser, parser_model=parser_model,
@@ -137,7 +146,11 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
     store_path = spec.require_features()
     # as training does: a damaged store (NaN values, missing images, wrong shapes) is refused here, with
     # the problems listed, instead of turning into wrong scores
-    require_valid_store(store_path, read_corpus(spec.captions))
+    corpus = read_corpus(spec.captions)
+    require_valid_store(store_path, corpus)
+    training_texts = None
+    if splits is not None and not set(splits) & set(spec.train_splits):
+        training_texts = [c for im in corpus.images if im.split in spec.train_splits for c in im.captions] or None
     store = FeatureStore(store_path)
     batch = store.read_batch(ev.image_ids, max_regions, add_global=True)
     world = Path(world_dir) if world_dir is not None else spec.world_dir
@@ -148,4 +161,5 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
                     caption_image=np.asarray(ev.caption_image), regions=torch.from_numpy(batch.features).to(device),
                     geometry=torch.from_numpy(batch.geometry).to(device),
                     region_mask=torch.from_numpy(batch.mask).to(device), truth=truth,
-                    store=store, max_regions=max_regions, parser=(parser, parser_model))
+                    store=store, max_regions=max_regions, parser=(parser, parser_model),
+                    training_texts=training_texts)

@@ -16,6 +16,10 @@ its exact truth (the generated world), the set carries it and the report adds
 * ``ceilings``: what oracles reach on the same set under both protocols (:func:`ceiling_reports`):
   exact truth, a bag of bound objects, a bag of words -- so every model's numbers are printed beside
   what the set can measure (docs/world.md).
+
+Every report also gives ``sentence_by_length``, R@1 within caption-length buckets, and where the set knows which
+captions occur verbatim in training, ``unseen_in_training``: R@1 on the others
+(:mod:`composer.evaluation.caption_subsets`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from composer.evaluation.caption_subsets import caption_length, own_image_ranks, recall_by_length, recall_on_subset
 from composer.retrieval import recall_at_k, recall_at_k_multi, score_matrix
 
 __all__ = ["SentenceRetrievalSet", "ceiling_reports", "format_retrieval_table", "score_sentence_retrieval",
@@ -47,6 +52,8 @@ class SentenceRetrievalSet:
         positives: (C, I) bool, whether each caption is true of each image (exact truth), or None where the
             dataset knows only which caption was written for which image.
         ceilings: the oracles' reports on this set (:func:`ceiling_reports`), or None.
+        unseen_in_training: (C,) bool, whether each caption differs from every training caption
+            (:func:`composer.evaluation.caption_subsets.unseen_in_training`), or None where not known.
     """
 
     name: str
@@ -56,6 +63,7 @@ class SentenceRetrievalSet:
     read_regions: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     positives: np.ndarray | None = None
     ceilings: dict | None = None
+    unseen_in_training: np.ndarray | None = None
 
     def __post_init__(self):
         self.caption_image = np.asarray(self.caption_image)
@@ -72,17 +80,26 @@ class SentenceRetrievalSet:
                 bad = int(np.flatnonzero(~own)[0])
                 raise ValueError(f"{self.name}: caption {bad} ({self.texts[bad]!r}) is false of its own image "
                                  f"{self.image_ids[self.caption_image[bad]]} by the dataset's exact truth")
+        if self.unseen_in_training is not None:
+            self.unseen_in_training = np.asarray(self.unseen_in_training, dtype=bool)
+            if self.unseen_in_training.shape != (len(self.programs),):
+                raise ValueError(f"{self.name}: unseen_in_training has shape {self.unseen_in_training.shape} for "
+                                 f"{len(self.programs)} captions")
 
     def report(self, scores, *, seconds: float, ks: Sequence[int] = (1, 5, 10)) -> dict:
         """The sentence-retrieval report of ``scores`` (C, I) on this set, with the any-true protocol and the
         ceilings where the set has them."""
         out = sentence_retrieval_report(scores, self.caption_image, seconds=seconds, ks=ks)
+        if isinstance(scores, torch.Tensor):
+            scores = scores.detach().float().cpu().numpy()
         if self.positives is not None:
-            if isinstance(scores, torch.Tensor):
-                scores = scores.detach().float().cpu().numpy()
             out["sentence_any_true"] = recall_at_k_multi(np.asarray(scores), self.positives, ks)
         if self.ceilings is not None:
             out["ceilings"] = self.ceilings
+        ranks = own_image_ranks(scores, self.caption_image)
+        out["sentence_by_length"] = recall_by_length(ranks, [caption_length(t) for t in self.texts])
+        if self.unseen_in_training is not None:
+            out["unseen_in_training"] = recall_on_subset(ranks, self.unseen_in_training)
         return out
 
     @property
@@ -250,7 +267,44 @@ def format_retrieval_table(reports: dict[str, dict]) -> str:
         if None not in shares:  # the sets' ceilings differ: compare what each model reaches of its set's ceiling
             lines.append(f"  relative to each set's exact-truth ceiling: {shares[0]:.1f}% - {shares[1]:.1f}% = "
                          f"{shares[0] - shares[1]:.1f} points")
+    lines += _subset_lines(reports)
     return "\n".join(lines)
+
+
+def _subset_lines(reports: dict[str, dict]) -> list[str]:
+    """R@1 by caption length per set (and the gap per length), and in-domain R@1 on captions unseen in training.
+
+    >>> b = lambda r1, r2: {"1-6": {"R@1": r1, "num_captions": 10}, "7-9": {"R@1": r2, "num_captions": 4}}
+    >>> rep = lambda by, **kw: {"sentence": {"R@1": 0.0}, "sentence_by_length": by, **kw}
+    >>> print("\\n".join(_subset_lines({"test": rep(b(20.0, 10.0), unseen_in_training={"R@1": 15.0,
+    ...     "num_captions": 12}), "systematic": rep(b(10.0, None))})))
+    R@1 by caption length (words; captions):        1-6        7-9
+      test (in-domain)                        20.0 (10)   10.0 (4)
+      systematic                              10.0 (10)      - (4)
+      gap (in-domain - systematic)                 10.0          -
+    in-domain R@1 on the 12 captions not seen verbatim in training: 15.0
+    """
+    with_lengths = {k: r["sentence_by_length"] for k, r in reports.items() if r.get("sentence_by_length")}
+    lines = []
+    if with_lengths:
+        labels = list(next(iter(with_lengths.values())))
+        lines.append(f"{'R@1 by caption length (words; captions):':<40}" + "".join(f"{b:>11}" for b in labels))
+
+        def cell(c):
+            return ("    -" if c["R@1"] is None else f"{c['R@1']:5.1f}") + f" ({c['num_captions']})"
+
+        for name, by in with_lengths.items():
+            lines.append(f"  {_SET_LABELS.get(name, name):<38}" + "".join(f"{cell(by[b]):>11}" for b in labels))
+        if "test" in with_lengths and "systematic" in with_lengths:
+            t, s = with_lengths["test"], with_lengths["systematic"]
+            gaps = ["-" if t[b]["R@1"] is None or s[b]["R@1"] is None else f"{t[b]['R@1'] - s[b]['R@1']:.1f}"
+                    for b in labels]
+            lines.append(f"  {'gap (in-domain - systematic)':<38}" + "".join(f"{g:>11}" for g in gaps))
+    unseen = reports.get("test", {}).get("unseen_in_training")
+    if unseen and unseen["R@1"] is not None:
+        lines.append(f"in-domain R@1 on the {unseen['num_captions']} captions not seen verbatim in training: "
+                     f"{unseen['R@1']:.1f}")
+    return lines
 
 
 def _share_of_exact(report: dict) -> float | None:

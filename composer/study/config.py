@@ -227,6 +227,8 @@ class StudyProfile:
             60 / 10 / 10 / 10 / 10 % train / val / test_iid / test_systematic / test_productivity; every run
             is scored on the three test sets and their twin groups) or ``random`` (the i.i.d. 80 / 10 / 10 %
             split the study's first results were measured on).
+        world_held_out_seed, world_held_out_pairs, world_held_out_facts: which compounds the compositional
+            world holds out (:class:`composer.training.data.DataConfig`; docs/world.md).
         max_regions: detector regions per image (plus the global one); None = the named config's (14).
         presets: model -> model-size preset (``--preset``); a model missing = the named configuration's.
         schedules: ``composer`` (also the flat model: the two cross-attention models compare like for
@@ -275,6 +277,9 @@ class StudyProfile:
     probe_steps: int
     runs: tuple[str, ...]
     world_split: str = "compositional"
+    world_held_out_seed: int = 0
+    world_held_out_pairs: int = 8
+    world_held_out_facts: int = 6
     max_regions: int | None = None
     clip_batch_size: int | None = None
     presets: dict[str, str] = field(default_factory=dict)
@@ -306,6 +311,18 @@ class StudyProfile:
         if bad or self.probe_steps < 0 or self.hn_distractors < 0 or self.probe_lr <= 0:
             raise ValueError(f"profile {self.name!r}: sizes must be >= 1 (probe_steps, hn_distractors >= 0, "
                              f"probe_lr > 0), got {bad or (self.probe_steps, self.hn_distractors, self.probe_lr)}")
+
+    def world_data(self) -> dict[str, Any]:
+        """The world's settings as :class:`composer.training.data.DataConfig` fields (also
+        :func:`features.catalog.resolve_dataset`'s and :func:`composer.evaluation.eval_sets.load_eval_data`'s
+        keywords).
+
+        >>> get_profile("cpu").world_data()["world_held_out_pairs"]
+        8
+        """
+        return {"world_images": self.world_images, "world_split": self.world_split,
+                "world_held_out_seed": self.world_held_out_seed, "world_held_out_pairs": self.world_held_out_pairs,
+                "world_held_out_facts": self.world_held_out_facts}
 
     def evals_for(self, run: StudyRun) -> tuple[str, ...]:
         if not self.full_eval or run.evals == ("val",):  # a recipe-search run is scored on val only

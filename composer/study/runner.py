@@ -113,13 +113,12 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset
 
-    spec = resolve_dataset("world", world_images=profile.world_images, world_split=profile.world_split)
+    spec = resolve_dataset("world", **profile.world_data())
     logger.info("world: %s", spec.world_dir)
     mcd = make_mcd_windows(profile, spec, out / "data" / "mcd")
 
     test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), parser_name=STUDY_PARSER, progress=False)
-    dm = CompositionDataModule(DataConfig(data="world", world_images=profile.world_images,
-                                          world_split=profile.world_split))
+    dm = CompositionDataModule(DataConfig(data="world", **profile.world_data()))
     dm.graphs["test"] = test_graph
     chosen = dm.eval_set("test", profile.hn_images)
     captions = [(test_graph.image_ids[test_graph.caption_image[c]], test_graph.caption_texts[c])
@@ -215,7 +214,7 @@ class EvalSets:
 
         return self._get(("test", parser, prune, max_regions), lambda: load_eval_data(
             "world", split="test", eval_images=self.profile.eval_images, max_regions=max_regions,
-            world_images=self.profile.world_images, world_split=self.profile.world_split, parser=parser,
+            **self.profile.world_data(), parser=parser,
             prune_probability=prune, prune_seed=PRUNE_SEED))
 
     def split_file(self, path: str, num_images: int, prune: float, max_regions: int, parser: str = STUDY_PARSER):
@@ -239,7 +238,7 @@ class EvalSets:
 def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecipe:
     """The world's named recipe of ``run.model`` with the profile's sizes and the run's typed overrides."""
     overrides = dict(run.overrides)
-    sizes: dict = {"seed": seed, "world_images": profile.world_images, "world_split": profile.world_split,
+    sizes: dict = {"seed": seed, **profile.world_data(),
                    "eval_images": profile.eval_images, "num_workers": profile.num_workers,
                    "prune_probability": run.prune, "prune_seed": PRUNE_SEED, "parser": run.parser}
     if profile.max_regions is not None:

@@ -62,6 +62,9 @@ class DataConfig:
         world_images: size of the generated world for ``data=world``.
         world_split: ``compositional`` (default: compounds held out of training, tested in-domain on
             ``test_iid`` and on the ``systematic`` / ``productivity`` sets) or ``random`` (an i.i.d. split).
+        world_held_out_seed, world_held_out_pairs, world_held_out_facts: which compounds the compositional
+            world holds out: their seed, colour-shape pairs and relation facts (``python -m
+            features.world.generate --held-out-seed/--held-out-pairs/--held-out-facts``; docs/world.md).
         prune_probability, prune_seed: build every split's CRG from parses whose branches are removed
             with this probability (the paper's Table 7, :func:`crg.extract.prune_tree`); 0 = the parser's trees.
     """
@@ -82,6 +85,9 @@ class DataConfig:
     parser_model: str | None = None
     world_images: int = 4000
     world_split: str = "compositional"
+    world_held_out_seed: int = 0
+    world_held_out_pairs: int = 8
+    world_held_out_facts: int = 6
     prune_probability: float = 0.0
     prune_seed: int = 0
 
@@ -230,7 +236,10 @@ class CompositionDataModule(L.LightningDataModule):
         from features.catalog import resolve_dataset
 
         return resolve_dataset(self.cfg.data, captions=self.cfg.captions, features=self.cfg.features,
-                               world_images=self.cfg.world_images, world_split=self.cfg.world_split)
+                               world_images=self.cfg.world_images, world_split=self.cfg.world_split,
+                               world_held_out_seed=self.cfg.world_held_out_seed,
+                               world_held_out_pairs=self.cfg.world_held_out_pairs,
+                               world_held_out_facts=self.cfg.world_held_out_facts)
 
     def roles(self) -> tuple[str, ...]:
         """``train``, ``val``, ``test`` and the dataset's further evaluation sets (``systematic``, ...)."""
@@ -408,9 +417,14 @@ class CompositionDataModule(L.LightningDataModule):
             oracles = truth.oracle_scores(texts, image_ids)
             if oracles is not None:
                 ceilings = ceiling_reports(oracles, ev.caption_image, positives)
+        unseen = None
+        if role != "train" and "train" in self.graphs:  # captions also written, word for word, in training
+            from composer.evaluation.caption_subsets import unseen_in_training
+
+            unseen = unseen_in_training([p.texts[p.root] for p in programs], self.graphs["train"].caption_texts)
         return SentenceRetrievalSet(role, image_ids, programs, ev.caption_image,
                                     partial(_read_regions, self.store, image_ids, self.cfg.max_regions),
-                                    positives=positives, ceilings=ceilings)
+                                    positives=positives, ceilings=ceilings, unseen_in_training=unseen)
 
     def exact_truth(self):
         """The dataset's exact truth (:class:`composer.evaluation.truth.ExactTruth`), or None; loaded once."""

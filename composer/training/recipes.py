@@ -81,8 +81,9 @@ class RecipeOverrides:
         model: model-config overrides, nested dicts for sub-configs (``{"modulator": "mlp"}``,
             ``{"loss": {"mvsa": "nll"}}``); checked against the model's config dataclass.
         lr, epochs, grad_clip, use_mvsa, use_order: :class:`OptimConfig` fields.
-        batch_size, max_regions, eval_images, world_images, world_split, captions, features, num_workers,
-            seed, prune_probability, prune_seed, parser, parser_model, hard_negative_captions:
+        batch_size, max_regions, eval_images, world_images, world_split, world_held_out_seed,
+            world_held_out_pairs, world_held_out_facts, captions, features, num_workers, seed, prune_probability,
+            prune_seed, parser, parser_model, hard_negative_captions:
             :class:`DataConfig` fields.
         val_every: epochs between validations.
         mvsa_concepts: phrases per positive caption for the flat model's MVSA.
@@ -102,6 +103,9 @@ class RecipeOverrides:
     eval_images: int | None = None
     world_images: int | None = None
     world_split: str | None = None
+    world_held_out_seed: int | None = None
+    world_held_out_pairs: int | None = None
+    world_held_out_facts: int | None = None
     captions: str | None = None
     features: str | None = None
     num_workers: int = 0
@@ -181,6 +185,9 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                       batch_size=pick("batch_size", 64), max_regions=pick("max_regions", 100),
                       eval_images=pick("eval_images", 1000), num_workers=o.num_workers,
                       world_images=pick("world_images", 4000), world_split=pick("world_split", "compositional"),
+                      world_held_out_seed=pick("world_held_out_seed", 0),
+                      world_held_out_pairs=pick("world_held_out_pairs", 8),
+                      world_held_out_facts=pick("world_held_out_facts", 6),
                       prune_probability=o.prune_probability,
                       prune_seed=o.prune_seed, parser=o.parser, parser_model=o.parser_model,
                       hard_negative_captions=pick("hard_negative_captions", 0))

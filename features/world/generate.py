@@ -47,8 +47,8 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from crg.outputs import write_text_atomic
-from features.world.compositional import (ROLES, CompositionalConfig, choose_held_out, sample_role_captions,
-                                          sample_role_scene)
+from features.world.compositional import (ROLES, CompositionalConfig, HeldOut, caption_compounds, choose_control,
+                                          choose_held_out, sample_role_captions, sample_role_scene, scene_compounds)
 from features.world.detector import SyntheticDetector
 from features.world.gold_trees import gold_tree_line
 from features.world.grammar import sample_captions
@@ -63,7 +63,9 @@ logger = logging.getLogger(__name__)
 CHUNK = 500
 STORE_COMMIT_EVERY = 4 * CHUNK  # a commit costs ~17 ms (index resizes, two flushes): not one per 256 images
 SCENES_GZIP_LEVEL = 3  # 3x faster than 6 for 30 % more bytes (173 against 131 per scene)
-WORLD_VERSION = 3  # 3: gold_trees.jsonl, per-caption compounds and atoms
+# 3: gold_trees.jsonl, per-caption compounds and atoms; 4: test_iid drawn around seen control compounds,
+# in-domain twins free of held-out compounds, binding twins with the same words
+WORLD_VERSION = 4
 
 
 @dataclass
@@ -139,9 +141,11 @@ def _generate_chunk(args) -> _Chunk:
         captions = [sample_captions(r, s, cfg.captions_per_image) for r, s in zip(rngs, scenes)]
     else:
         held = choose_held_out(cfg.world, cfg.compositional)
-        scenes = [sample_role_scene(r, cfg.world, image_id(cfg.seed, i), role, held)[0]
+        control = choose_control(cfg.world, cfg.compositional, held) if cfg.compositional.match_in_domain else None
+        scenes = [sample_role_scene(r, cfg.world, image_id(cfg.seed, i), role, held, control)[0]
                   for r, i, role in zip(rngs, range(start, stop), splits)]
-        captions = [sample_role_captions(r, s, cfg.captions_per_image, role, held, cfg.compositional)
+        captions = [sample_role_captions(r, s, cfg.captions_per_image, role, held, cfg.compositional,
+                                         control=control)
                     for r, s, role in zip(rngs, scenes, splits)]
     # One BLAS thread: the same bytes whatever the core count (OpenBLAS's threaded products differ in the
     # last bit), and no oversubscription with a worker per core (2 cores: 975 against 690 us per image).
@@ -185,18 +189,29 @@ class _TwinGroup:
     boxes: np.ndarray       # (sum counts, 4)
 
 
+def _free_of(held: HeldOut):
+    """``allowed`` for :func:`features.world.twins.find_twin`: a twin caption and twin image that hold no
+    held-out compound (a binding twin's swapped attribute, or a relation twin's moved objects, can make one)."""
+    kind = held.attribute_kind
+    return lambda lf, scene: not held.holds_any(caption_compounds(lf, kind)) \
+        and not held.holds_any(scene_compounds(scene, kind))
+
+
 def _twin_groups(cfg: GenerateConfig, det: SyntheticDetector, indices, scenes, captions, splits,
                  images_dir: Path) -> list[_TwinGroup]:
     """At most one group per test image and twin kind: the first of its captions that has a verified twin
-    (features/world/twins.py). Both images are featurized afresh with the same draws."""
+    (features/world/twins.py); outside ``test_systematic`` the twin caption and image hold no held-out
+    compound. Both images are featurized afresh with the same draws."""
     from features.world.twins import TWIN_KINDS, canonical_text, find_twin
 
+    free = _free_of(choose_held_out(cfg.world, cfg.compositional))
     out = []
     for index, scene, caps, split in zip(indices, scenes, captions, splits):
         if not split.startswith("test"):
             continue
+        allowed = None if split == "test_systematic" else free
         for kind_id, kind in enumerate(TWIN_KINDS):
-            twin = next((t for t in (find_twin(scene, lf, kind) for _, lf in caps) if t is not None), None)
+            twin = next((t for t in (find_twin(scene, lf, kind, allowed) for _, lf in caps) if t is not None), None)
             if twin is None:
                 continue
             ids = [f"{scene.image_id}~{kind}~0", f"{scene.image_id}~{kind}~1"]
@@ -349,7 +364,10 @@ def generate_world(out: str | Path, cfg: GenerateConfig, *, progress: bool = Tru
     meta = {**generator_settings(cfg), "num_images": cfg.num_images,
             "num_captions": n_caps, "splits": {s: splits.count(s) for s in split_names(cfg)}}
     if cfg.compositional is not None:
-        meta["held_out"] = choose_held_out(cfg.world, cfg.compositional).to_dict()
+        held = choose_held_out(cfg.world, cfg.compositional)
+        meta["held_out"] = held.to_dict()
+        if cfg.compositional.match_in_domain:
+            meta["control"] = choose_control(cfg.world, cfg.compositional, held).to_dict()
     write_text_atomic(out / "world.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     logger.info("generated %d images (%d captions) in %.1f s: %.0f images/s", cfg.num_images, n_caps, seconds,
                 cfg.num_images / seconds)
@@ -380,6 +398,14 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--split", choices=("compositional", "random"), default="compositional",
                     help="compositional (default): compounds held out of training, splits train / val / test_iid / "
                          "test_systematic / test_productivity (docs/world.md); random: an i.i.d. 80/10/10 split")
+    ap.add_argument("--held-out-seed", type=int, default=0,
+                    help="compositional: which compounds are held out (default 0; independent of --seed, so that "
+                         "worlds of several seeds hold out the same ones unless asked)")
+    ap.add_argument("--held-out-pairs", type=int, default=CompositionalConfig.num_attribute_compounds,
+                    help="compositional: held-out colour-shape pairs (default %(default)s; at most one per colour)")
+    ap.add_argument("--held-out-facts", type=int, default=CompositionalConfig.num_relation_compounds,
+                    help="compositional: held-out relation facts between two shapes, e.g. a cube left of a ball "
+                         "(default %(default)s)")
     ap.add_argument("--render", type=int, default=24, help="render PNGs of the first N images (-1: all)")
     ap.add_argument("--workers", type=int, default=0, help="processes (0: all cores)")
     for f in fields(WorldConfig):
@@ -397,8 +423,21 @@ def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     world = WorldConfig(**{f.name: getattr(args, f.name) for f in fields(WorldConfig) if f.type in ("int", "float")})
+    held_out = {"seed": args.held_out_seed, "num_attribute_compounds": args.held_out_pairs,
+                "num_relation_compounds": args.held_out_facts}
+    compositional = None
+    if args.split == "compositional":
+        try:
+            compositional = CompositionalConfig(**held_out)
+            choose_held_out(world, compositional)  # too many for the world's colours or shapes: say so now
+        except ValueError as err:
+            raise SystemExit(f"error: --held-out-seed/--held-out-pairs/--held-out-facts: {err}") from None
+    elif held_out != {"seed": 0, "num_attribute_compounds": CompositionalConfig.num_attribute_compounds,
+                      "num_relation_compounds": CompositionalConfig.num_relation_compounds}:
+        raise SystemExit("error: --held-out-seed/--held-out-pairs/--held-out-facts apply to --split compositional "
+                         "only (a random split holds nothing out)")
     cfg = GenerateConfig(num_images=args.num_images, seed=args.seed, render=args.render, workers=args.workers,
-                         world=world, compositional=CompositionalConfig() if args.split == "compositional" else None)
+                         world=world, compositional=compositional)
     from crg.outputs import OutputDirError
 
     try:

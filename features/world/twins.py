@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from features.world.compositional import DIRECTIONAL
@@ -85,13 +85,25 @@ def _swap_attr(a: ObjectRef, b: ObjectRef, kind: str) -> tuple[ObjectRef, Object
             replace(b, attrs=tuple((k, swap[v] if k == kind else v) for k, v in b.attrs)))
 
 
+def _words(lf: Caption) -> list[str]:
+    return sorted(canonical_text(lf).split())
+
+
 def binding_twin(lf: Caption) -> tuple[Caption, str] | None:
     """The caption with one attribute's values exchanged between its two noun phrases, and the attribute.
+
+    The first attribute whose exchange keeps the words: an exchange can move a vowel-initial value ("orange")
+    to or from the front of its noun phrase, and the article follows it ("a big orange cube and a red ball" /
+    "a big red cube and an orange ball"); such an exchange is skipped rather than written with a wrong
+    article, so a scorer blind to word order still ties on every group.
 
     >>> a, b = ObjectRef("cube", (("color", "red"),)), ObjectRef("ball", (("color", "blue"),))
     >>> twin, kind = binding_twin(Caption("and", (a, b)))
     >>> canonical_text(twin), kind
     ('a blue cube and a red ball', 'color')
+    >>> big_orange = ObjectRef("cube", (("size", "large"), ("color", "orange")))
+    >>> binding_twin(Caption("and", (big_orange, b))) is None
+    True
     """
     if lf.kind == "and" and len(lf.parts) == 2:
         a, b = lf.parts
@@ -105,7 +117,9 @@ def binding_twin(lf: Caption) -> tuple[Caption, str] | None:
     for kind in ("color", "material", "size"):
         if kind in da and kind in db and da[kind] != db[kind]:
             a2, b2 = _swap_attr(a, b, kind)
-            return Caption(lf.kind, (a2, b2), lf.relation), kind
+            twin = Caption(lf.kind, (a2, b2), lf.relation)
+            if _words(twin) == _words(lf):
+                return twin, kind
     return None
 
 
@@ -132,8 +146,11 @@ def _pairs(scene: Scene, lf: Caption) -> Iterator[tuple[int, int]]:
                 yield a, b
 
 
-def find_twin(scene: Scene, lf: Caption, kind: str) -> Twin | None:
-    """A verified twin of kind ``kind`` for a caption true of ``scene``, or None."""
+def find_twin(scene: Scene, lf: Caption, kind: str,
+              allowed: Callable[[Caption, Scene], bool] | None = None) -> Twin | None:
+    """A verified twin of kind ``kind`` for a caption true of ``scene``, or None; with ``allowed``, only a twin
+    whose caption and image it accepts (``allowed(caption_1, scene_1)``: e.g. no held-out compound in an
+    in-domain group)."""
     if kind == "relation":
         twin_lf = relation_twin(lf)
     elif kind == "binding":
@@ -154,6 +171,6 @@ def find_twin(scene: Scene, lf: Caption, kind: str) -> Twin | None:
             va, vb = getattr(oa, attr), getattr(ob, attr)
             setattr(oa, attr, vb)
             setattr(ob, attr, va)
-        if holds(other, twin_lf) and not holds(other, lf):
+        if holds(other, twin_lf) and not holds(other, lf) and (allowed is None or allowed(twin_lf, other)):
             return Twin(kind, lf, twin_lf, other)
     return None
