@@ -99,6 +99,20 @@ def test_the_curve_keeps_one_point_per_step_and_survives_a_round_trip(tmp_path):
         read_curve(tmp_path / "nothing")
 
 
+def test_the_curves_of_several_runs_make_one_figure(tmp_path):
+    from composer.cli import plot_curves
+
+    for name, slope in [("a", 1.0), ("b", 2.0), ("c", 0.5)]:
+        LearningCurve([CurvePoint(s, s * 32, 0, {"R@1": slope * s, "chance_R@1": 2.0}) for s in (10, 20, 30)]
+                      ).write(tmp_path / name, model=name)
+    out = tmp_path / "fig" / "curves.png"
+    assert plot_curves.main([f"A={tmp_path / 'a'}", f"A={tmp_path / 'b' / 'curve.json'}", str(tmp_path / "c"),
+                             "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    with pytest.raises(SystemExit, match="missing does not exist: train with --val-every-positives"):
+        plot_curves.main([str(tmp_path / "missing"), "--out", str(out)])
+
+
 # ---------------------------------------------------------------------------- early stopping and the best weights
 @pytest.mark.parametrize("values, patience, min_delta, stop_at", [
     ([10, 20, 15, 20, 18, 30, 40], 3, 0.0, 4),     # 15, 20 (a tie is no gain), 18: three without a gain
@@ -137,6 +151,10 @@ def test_early_stopping_fires_after_patience_validations_without_a_gain(tiny_wor
     assert all(torch.equal(v, best["state_dict"][f"model.{k}"]) for k, v in exported.items())
     if best_step != results["global_step"]:  # (with min_delta the best may be the last: 21 beats 20.5)
         assert any(not torch.equal(v, last["state_dict"][f"model.{k}"]) for k, v in exported.items())
+
+    from composer.training.checkpoint import load_checkpoint
+
+    assert load_checkpoint(out).global_step == best_step     # a run folder names the weights the run reports
 
     # resuming a run its patience stopped trains no further
     again = train(recipe, _options(test=False, resume=True), out)

@@ -131,4 +131,11 @@ def train_and_print(recipe, args) -> int:
     table = format_retrieval_table({k: results[k] for k in shown[:-1] if results.get(k)})
     if table:
         print("\ntext-to-image retrieval, test sets (" + str(args.out) + "/results.json):\n" + table)
+    plateau = results.get("plateau")
+    if plateau:  # trained to the plateau: which weights were reported, and why training ended
+        best = plateau["best"]
+        chosen = (f"best val R@1 {best['val']['R@1']:.1f} at step {best['step']} ({best['positives']:,} positives)"
+                  if best else "no validation ran: the last weights")
+        print(f"\nstopped by {plateau['stopped']} after {plateau['steps']} steps ({plateau['positives']:,} positives, "
+              f"{plateau['validations']} validations); {chosen} is {args.out}/model; curve: {args.out}/curve.json")
     return 0

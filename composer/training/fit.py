@@ -280,8 +280,8 @@ class _PlateauControl:
         self.best = ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor=MONITOR, mode="max",
                                     save_top_k=1, save_last=True, save_on_train_epoch_end=False,
                                     enable_version_counter=False)
-        periodic = StepCheckpoint(dirpath=out / "checkpoints", save_last=True, every_n_train_steps=options.ckpt_every_n_steps,
-                                  save_top_k=0, monitor=None, enable_version_counter=False,
+        periodic = StepCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, monitor=None,
+                                  every_n_train_steps=options.ckpt_every_n_steps, enable_version_counter=False,
                                   validates_after=self.validates_after)
         self.callbacks = [self.recorder, *([self.stopping] if self.stopping else []), ValidateAtEnd(), self.best,
                           periodic]
