@@ -269,6 +269,7 @@ class _PlateauControl:
         self.plateau, self.run, self.out, self.val_every = plateau, run, out, val_every
         self.batch_size = run.recipe.data.batch_size
         self.cap_steps = run.max_steps  # --max-steps, or the CLIP family's schedule without a budget
+        self.user_max_steps = options.max_steps if options.max_steps > 0 else None  # --max-steps alone
         self.positives_per_step = self.batch_size
         self.val_steps: int | None = None
         self.budget_steps: int | None = None
@@ -337,11 +338,10 @@ class _PlateauControl:
         curve = self.recorder.curve
         best = curve.best()
         step = int(trainer.global_step)
-        cap = self.cap_steps if self.cap_steps > 0 else None
         summary = {**asdict(self.plateau), "positives_per_step": self.positives_per_step,
                    "val_every_steps": self.val_steps, "budget_steps": self.budget_steps,
                    "stopped": stop_reason(stopping=self.stopping, global_step=step, budget_steps=self.budget_steps,
-                                          max_steps=cap),
+                                          max_steps=self.user_max_steps),
                    "steps": step, "positives": step * self.positives_per_step, "validations": len(curve.points),
                    "best": None if best is None else {"step": best.step, "positives": best.positives,
                                                       "epoch": best.epoch, "val": best.metrics},

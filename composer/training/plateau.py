@@ -47,6 +47,10 @@ MONITOR = "val/R@1"
 class PlateauConfig:
     """When to validate, which weights to keep and when to stop (all off by default: the paper's schedule).
 
+    Part of the recipe (:class:`composer.training.recipes.TrainingRecipe`), not of the trainer options:
+    the budget and the patience decide which weights a run reports, so two runs compared must share them
+    (and a resumed run must keep them: ``run.json``).
+
     Attributes:
         val_every_positives: validate every this many positive pairs trained on (over all processes),
             rounded up to whole steps; None: every ``val_every`` epochs as before.
