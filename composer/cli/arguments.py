@@ -12,8 +12,8 @@ from composer.training.recipes import RecipeOverrides
 from crg.parse import add_parser_arguments
 from features.catalog import WORLD_SPLITS
 
-__all__ = ["add_data_arguments", "add_training_arguments", "configure_logging", "recipe_overrides",
-           "train_and_print", "trainer_options"]
+__all__ = ["add_data_arguments", "add_plateau_arguments", "add_training_arguments", "configure_logging",
+           "plateau_overrides", "recipe_overrides", "train_and_print", "trainer_options"]
 
 
 def configure_logging() -> None:
@@ -74,6 +74,28 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def add_plateau_arguments(ap: argparse.ArgumentParser) -> None:
+    """Training to the plateau (:class:`composer.training.plateau.PlateauConfig`; docs/composer.md): all off
+    by default, which trains the recipe's fixed schedule and reports its last weights."""
+    g = ap.add_argument_group("training to the plateau (off by default: the recipe's fixed schedule)")
+    g.add_argument("--val-every-positives", type=int, metavar="N",
+                   help="validate every N positive pairs trained on (rounded up to whole steps), recording the "
+                        "learning curve in OUT/curve.json; default: every --val-every epochs")
+    g.add_argument("--patience", type=int, metavar="K",
+                   help="stop after K validations in a row without a val R@1 gain above --min-delta "
+                        "(0 or unset: never)")
+    g.add_argument("--min-delta", type=float, metavar="POINTS",
+                   help="the val R@1 gain (in points) that counts as an improvement for --patience (default 0)")
+    g.add_argument("--max-positives", type=int, metavar="N",
+                   help="train on at most N positive pairs (replaces --epochs / the CLIP schedule's length as the "
+                        "end of training; the same budget for every model)")
+
+
+def plateau_overrides(args) -> dict:
+    """The plateau options as :class:`RecipeOverrides` fields (none when the command has no such options)."""
+    return {k: getattr(args, k, None) for k in ("val_every_positives", "patience", "min_delta", "max_positives")}
+
+
 def recipe_overrides(args, **model_specific) -> RecipeOverrides:
     """The shared options as :class:`RecipeOverrides`; ``model_specific`` adds the command's own fields."""
     return RecipeOverrides(
@@ -83,7 +105,8 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
         world_held_out_seed=args.world_held_out_seed, world_held_out_pairs=args.world_held_out_pairs,
         world_held_out_facts=args.world_held_out_facts, captions=args.captions, features=args.features,
         num_workers=args.num_workers, seed=args.seed, val_every=args.val_every, parser=args.parser,
-        parser_model=args.parser_model, hard_negative_captions=args.hard_negative_captions, **model_specific)
+        parser_model=args.parser_model, hard_negative_captions=args.hard_negative_captions,
+        **plateau_overrides(args), **model_specific)
 
 
 def trainer_options(args) -> TrainerOptions:
@@ -116,4 +139,11 @@ def train_and_print(recipe, args) -> int:
     table = format_retrieval_table({k: results[k] for k in shown[:-1] if results.get(k)})
     if table:
         print("\ntext-to-image retrieval, test sets (" + str(args.out) + "/results.json):\n" + table)
+    plateau = results.get("plateau")
+    if plateau:  # trained to the plateau: which weights were reported, and why training ended
+        best = plateau["best"]
+        chosen = (f"best val R@1 {best['val']['R@1']:.1f} at step {best['step']} ({best['positives']:,} positives)"
+                  if best else "no validation ran: the last weights")
+        print(f"\nstopped by {plateau['stopped']} after {plateau['steps']} steps ({plateau['positives']:,} positives, "
+              f"{plateau['validations']} validations); {chosen} is {args.out}/model; curve: {args.out}/curve.json")
     return 0

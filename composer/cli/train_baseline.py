@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from composer.cli.arguments import (add_data_arguments, add_training_arguments, configure_logging, recipe_overrides,
-                                    train_and_print)
+from composer.cli.arguments import (add_data_arguments, add_plateau_arguments, add_training_arguments,
+                                    configure_logging, recipe_overrides, train_and_print)
 from composer.factory import CLIP_FAMILY
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 
@@ -57,6 +57,7 @@ def build_argparser() -> argparse.ArgumentParser:
     add_training_arguments(ap.add_argument_group("training"),
                            max_steps_help="stop after this many steps (smoke tests); the CLIP family defaults to "
                                           "its schedule's")
+    add_plateau_arguments(ap)
     return ap
 
 

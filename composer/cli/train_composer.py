@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from composer.cli.arguments import (add_data_arguments, add_training_arguments, configure_logging, recipe_overrides,
-                                    train_and_print)
+from composer.cli.arguments import (add_data_arguments, add_plateau_arguments, add_training_arguments,
+                                    configure_logging, recipe_overrides, train_and_print)
 from composer.config import MODULATORS
 from composer.training.recipes import named_recipe
 
@@ -37,6 +37,7 @@ def build_argparser() -> argparse.ArgumentParser:
     g.add_argument("--no-order", action="store_true", help="train without the order loss")
     g.add_argument("--mvsa-kind", choices=["hinge", "nll"], help="MVSA's form (default hinge)")
     add_training_arguments(ap.add_argument_group("training"))
+    add_plateau_arguments(ap)
     return ap
 
 

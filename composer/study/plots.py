@@ -4,7 +4,9 @@
   (mean over seeds, error bars = sample std);
 * IL-CLIP Figure 3: the training loss of IL-CLIP across generations (each seed; spawns marked);
 * IL-CLIP Figure 4: the easy-to-learn probe, in-batch accuracy of a new language agent learning a
-  frozen vision agent, against probe steps (mean over seeds, band = std), IL-CLIP vs. codebook-CLIP.
+  frozen vision agent, against probe steps (mean over seeds, band = std), IL-CLIP vs. codebook-CLIP;
+* learning curves: validation R@1 against the positive pairs trained on, several runs (models, seeds) on
+  one figure (:func:`plot_learning_curves`; runs trained to the plateau, :mod:`composer.training.curve`).
 
 The data each figure shows is extracted by a pure function (:func:`generation_starts`,
 :func:`probe_curves`, :func:`composer.study.tables.window_series`), tested on hand-made results; the
@@ -20,12 +22,15 @@ import numpy as np
 
 from composer.study.generations import DISTILL_PHASE
 from composer.study.tables import Row, mcd_compounds, seed_values, window_series
+from composer.training.curve import LearningCurve
 
 __all__ = [
+    "curve_series",
     "generation_starts",
     "loss_curves",
     "mean_band",
     "plot_il_loss",
+    "plot_learning_curves",
     "plot_probe",
     "plot_r1_vs_cd",
     "probe_curves",
@@ -165,3 +170,39 @@ def plot_probe(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Path
     _finish(plt, fig, ax, path, xlabel="probe step (new language agent, frozen vision agent and codebook)",
             ylabel="in-batch image-to-text accuracy", title="Easy to learn (IL-CLIP Fig. 4)",
             empty=None if curves else "no probe results")
+
+
+def curve_series(curve: LearningCurve, metric: str = "R@1") -> tuple[list[int], list[float]]:
+    """``(positives, values)`` of a learning curve's points that have ``metric``.
+
+    >>> from composer.training.curve import CurvePoint
+    >>> curve_series(LearningCurve([CurvePoint(5, 40, 0, {"R@1": 2.0}), CurvePoint(10, 80, 0, {"R@5": 9.0})]))
+    ([40], [2.0])
+    """
+    points = [p for p in curve.points if p.metrics.get(metric) is not None]
+    return [p.positives for p in points], [p.metrics[metric] for p in points]
+
+
+def plot_learning_curves(curves: Mapping[str, Sequence[LearningCurve]], path: str | Path, *,
+                         metric: str = "R@1", title: str = "Validation R@1 while training") -> None:
+    """Learning curves: ``metric`` on the validation set against the positive pairs trained on, one colour
+    per label (a model), one line per run of it (its seeds); each run's best validation is starred."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.8, 4.2))
+    drawn, chance = 0, []
+    for k, (label, runs) in enumerate(curves.items()):
+        for j, curve in enumerate(runs):
+            x, y = curve_series(curve, metric)
+            if not x:
+                continue
+            ax.plot(x, y, lw=1.3, color=f"C{k}", alpha=0.9, marker="o" if len(x) < 40 else None, ms=2.5,
+                    label=f"{label} ({len(runs)} run{'s' if len(runs) > 1 else ''})" if j == 0 else None)
+            best = curve.best(metric)
+            if best is not None:
+                ax.plot([best.positives], [best.metrics[metric]], marker="*", ms=10, color=f"C{k}", ls="none")
+            chance += [p.metrics["chance_R@1"] for p in curve.points if "chance_R@1" in p.metrics]
+            drawn += 1
+    if chance and metric == "R@1":
+        ax.axhline(float(np.mean(chance)), color="0.5", lw=0.8, ls=":", label="chance")
+    _finish(plt, fig, ax, path, xlabel="positive pairs trained on (star: the run's best validation)",
+            ylabel=f"validation {metric} (%)", title=title, empty=None if drawn else "no learning curve")

@@ -86,15 +86,18 @@ class LoadedComposer:
 
 
 def _checkpoint_file(path: str | Path) -> Path:
+    """The checkpoint a path names. A run folder (or its ``checkpoints/``) names the weights the run reports:
+    ``best.ckpt`` when it was trained to the plateau (the best validation's), else ``last.ckpt``."""
     path = Path(path)
     if path.is_dir():
-        candidates = [path / "last.ckpt", path / "checkpoints" / "last.ckpt"]
+        candidates = [path / "best.ckpt", path / "checkpoints" / "best.ckpt",
+                      path / "last.ckpt", path / "checkpoints" / "last.ckpt"]
         for c in candidates:
             if c.is_file():
                 return c
         found = sorted(str(p.relative_to(path)) for p in path.rglob("*.ckpt"))[:10]
-        raise FileNotFoundError(f"{path} is a directory without last.ckpt or checkpoints/last.ckpt; checkpoints "
-                                f"under it: {found or 'none'} (train one with experiments/train_composer.py or "
+        raise FileNotFoundError(f"{path} is a directory without best.ckpt or last.ckpt (nor under checkpoints/); "
+                                f"checkpoints under it: {found or 'none'} (train one with experiments/train_composer.py or "
                                 f"experiments/train_baseline.py)")
     if not path.is_file():
         near = sorted(p.name for p in path.parent.glob("*.ckpt"))[:10] if path.parent.is_dir() else []
@@ -121,7 +124,8 @@ def _model_type(hparams: dict, state: dict[str, torch.Tensor]) -> str | None:
 
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> LoadedCheckpoint:
     """Rebuild the model of a ComposerModule, VSEModule, FlatModule or ClipModule checkpoint (a ``.ckpt``
-    file or a run directory holding ``last.ckpt`` or ``checkpoints/last.ckpt``)."""
+    file, or a run directory: its reported weights, ``best.ckpt`` or else ``last.ckpt``, also under
+    ``checkpoints/``)."""
     file = _checkpoint_file(path)
     try:
         ckpt = torch.load(file, map_location=map_location, weights_only=True)

@@ -10,9 +10,10 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import lightning as L
 import torch
@@ -23,11 +24,14 @@ from composer.training.data import CompositionDataModule
 from composer.training.recipes import TrainingRecipe, build_module
 from crg.outputs import prepare_output_dir, write_json_atomic
 
+if TYPE_CHECKING:
+    from composer.training.plateau import PlateauConfig
+
 __all__ = ["OWNED", "PreparedRun", "ProgressLog", "TrainerOptions", "fit_and_report", "prepare_run", "train",
            "training_precision"]
 
 # what a training run writes in its folder (``--overwrite`` deletes these and nothing else)
-OWNED = ("checkpoints", "logs", "tb", "model", "results.json")
+OWNED = ("checkpoints", "logs", "tb", "model", "results.json", "curve.json", "curve.csv")
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +150,8 @@ def prepare_run(recipe: TrainingRecipe, *, max_steps: int = -1, fit_schedule: Sc
     max_epochs = recipe.optim.epochs
     if fit_schedule is not None:
         recipe, max_epochs, max_steps = fit_schedule(recipe, dm.steps_per_epoch())
+    elif recipe.plateau.max_positives:  # the budget, not the recipe's epochs or schedule length, ends the run
+        max_epochs = -1
     elif recipe.il is not None:  # the CLIP family: the schedule's steps, however many epochs they take
         max_epochs, max_steps = -1, max_steps if max_steps > 0 else recipe.il.total_steps
     model_cfg = recipe.model_config(region_dim)
@@ -162,25 +168,40 @@ def run_config(recipe: TrainingRecipe, model_cfg, precision: str) -> dict:
         out["mvsa_concepts"] = recipe.mvsa_concepts
     if recipe.il is not None:
         out["il"] = asdict(recipe.il)
+    if recipe.plateau.enabled:
+        out["plateau"] = asdict(recipe.plateau)
     return out
 
 
 def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, results: dict,
-                   val_every: int = 1) -> dict:
+                   val_every: int = 1, callbacks: Sequence[L.Callback] = ()) -> dict:
     """Fit with checkpoints, CSV + TensorBoard logs and resume; test; write ``OUT/results.json``.
 
-    The final weights are checkpointed after training (``checkpoints/last.ckpt``), so the saved model is
-    the one the results describe. ``results`` holds the run's own keys (its config); timing, git,
-    hardware, the checkpoint, val and test are added.
+    By default the final weights are checkpointed after training (``checkpoints/last.ckpt``) and are the
+    ones saved (``OUT/model``) and tested. With the recipe's plateau settings on
+    (:class:`composer.training.plateau.PlateauConfig`: a validation cadence in positives, a patience, a
+    budget of positives) the run validates at that cadence, records its learning curve (``OUT/curve.json``),
+    stops on patience or budget, and the weights of its best validation (``checkpoints/best.ckpt``) are
+    the ones saved and tested; ``results["plateau"]`` says where they came from and why training stopped.
+    ``results`` holds the run's own keys (its config); timing, git, hardware, the checkpoint, val and test
+    are added. ``callbacks`` are added to the trainer's (e.g. a hyperparameter search's reporter).
     """
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     module, dm = run.module, run.datamodule
+    plateau = run.recipe.plateau
     gpu = _use_gpu(options)
-    ckpt = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, every_n_train_steps=options.ckpt_every_n_steps,
-                           save_top_k=1, monitor=None)
-    callbacks = [ckpt]
+    if plateau.enabled:
+        control = _PlateauControl(plateau, run, options, out, val_every=options.val_every or val_every)
+        callbacks = [*control.callbacks, *callbacks]
+        cadence = control.trainer_cadence()
+    else:  # the paper's fixed schedule: the last weights, validation every ``val_every`` epochs
+        control = None
+        ckpt = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True,
+                               every_n_train_steps=options.ckpt_every_n_steps, save_top_k=1, monitor=None)
+        callbacks = [ckpt, *callbacks]
+        cadence = {"check_val_every_n_epoch": options.val_every or val_every}
     if not options.progress or not sys.stderr.isatty():
         callbacks.append(ProgressLog(options.log_every_seconds))
     trainer = L.Trainer(
@@ -190,8 +211,9 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
         logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")], callbacks=callbacks,
         enable_progress_bar=options.progress, deterministic=deterministic_algorithms(options), num_sanity_val_steps=0,
         use_distributed_sampler=False,  # the training batch sampler shards itself (EpochBatchSampler)
-        gradient_clip_val=module.optim.grad_clip or None, log_every_n_steps=10,
-        check_val_every_n_epoch=options.val_every or val_every)
+        gradient_clip_val=module.optim.grad_clip or None, log_every_n_steps=10, **cadence)
+    if control is not None:
+        control.fit_to(trainer)
     started = time.perf_counter()
     last = out / "checkpoints" / "last.ckpt"
     resume_from = None
@@ -202,15 +224,20 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
             logger.warning("--resume: %s has no checkpoint yet (the run stopped before its first one): training "
                            "from the start", out)
     trainer.fit(module, datamodule=dm, ckpt_path=resume_from, weights_only=True)  # never unpickle
-    trainer.save_checkpoint(last, weights_only=False)  # the weights the results below describe (and optimiser state)
-    if trainer.is_global_zero:  # the same weights as a saved model: gc-evaluate --model OUT/model
+    trainer.save_checkpoint(last, weights_only=False)  # the end of training (and optimiser state): for --resume
+    reported = last
+    if control is not None:
+        reported = control.restore_best(module)   # the best validation's weights are the run's model
+    if trainer.is_global_zero:  # the reported weights as a saved model: gc-evaluate --model OUT/model
         from composer.training.checkpoint import export_pretrained
 
-        export_pretrained(last, out / "model")
+        export_pretrained(reported, out / "model")
     results.update({"train_seconds": round(time.perf_counter() - started, 1), "git": git_sha(),
                     "hardware": torch.cuda.get_device_name(0) if gpu else f"CPU ({torch.get_num_threads()} threads)",
-                    "checkpoint": "checkpoints/last.ckpt", "model_dir": "model",
+                    "checkpoint": str(reported.relative_to(out)), "model_dir": "model",
                     "global_step": int(trainer.global_step)})
+    if control is not None:
+        results.update(control.report(trainer))
     if options.test:
         trainer.test(module, datamodule=dm)
         results["test"] = module.results.get("test")
@@ -219,11 +246,107 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
             results[role] = module.results.get(role)
         if trainer.is_global_zero:
             add_twin_scores(module, dm, results)
-    if "val" in module.results:
+    if control is not None and control.recorder.best_report is not None:
+        results["val"] = control.recorder.best_report  # the validation the reported weights were chosen on
+    elif "val" in module.results:
         results["val"] = module.results["val"]
     if trainer.is_global_zero:
         write_json_atomic(out / "results.json", results)
     return results
+
+
+class _PlateauControl:
+    """The callbacks and trainer settings of a run trained to its plateau (:mod:`composer.training.plateau`),
+    and what its ``results.json`` says about it."""
+
+    def __init__(self, plateau: PlateauConfig, run: PreparedRun, options: TrainerOptions, out: Path, *,
+                 val_every: int):
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        from composer.training.plateau import (MONITOR, CurveRecorder, PatienceStopping, StepCheckpoint,
+                                               ValidateAtEnd)
+
+        self.plateau, self.run, self.out, self.val_every = plateau, run, out, val_every
+        self.batch_size = run.recipe.data.batch_size
+        self.cap_steps = run.max_steps  # --max-steps, or the CLIP family's schedule without a budget
+        self.user_max_steps = options.max_steps if options.max_steps > 0 else None  # --max-steps alone
+        self.positives_per_step = self.batch_size
+        self.val_steps: int | None = None
+        self.budget_steps: int | None = None
+        self._set_steps(1)
+        self.recorder = CurveRecorder(self.batch_size, out, extra={"model": run.recipe.model,
+                                                                  "plateau": asdict(plateau)})
+        self.stopping = PatienceStopping(plateau.patience, plateau.min_delta) if plateau.patience else None
+        # after each validation: best.ckpt when val R@1 improved, and last.ckpt (the state after the validation)
+        self.best = ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor=MONITOR, mode="max",
+                                    save_top_k=1, save_last=True, save_on_train_epoch_end=False,
+                                    enable_version_counter=False)
+        periodic = StepCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, monitor=None,
+                                  every_n_train_steps=options.ckpt_every_n_steps, enable_version_counter=False,
+                                  validates_after=self.validates_after)
+        self.callbacks = [self.recorder, *([self.stopping] if self.stopping else []), ValidateAtEnd(), self.best,
+                          periodic]
+
+    def _set_steps(self, world_size: int) -> None:
+        self.positives_per_step = self.batch_size * world_size
+        p = self.plateau
+        self.val_steps = p.steps(p.val_every_positives, self.positives_per_step) if p.val_every_positives else None
+        self.budget_steps = p.steps(p.max_positives, self.positives_per_step) if p.max_positives else None
+
+    def trainer_cadence(self) -> dict:
+        """Lightning's validation settings: every ``val_steps`` steps across epochs, else every ``val_every``
+        epochs."""
+        if self.val_steps is not None:
+            return {"val_check_interval": self.val_steps, "check_val_every_n_epoch": None}
+        return {"check_val_every_n_epoch": self.val_every}
+
+    def fit_to(self, trainer: L.Trainer) -> None:
+        """Positives per step count every process: steps of the cadence and the budget for this trainer's."""
+        self._set_steps(trainer.world_size)
+        if self.val_steps is not None:
+            trainer.val_check_interval = self.val_steps
+        if self.budget_steps is not None:
+            cap = self.cap_steps if self.cap_steps > 0 else self.budget_steps
+            trainer.fit_loop.epoch_loop.max_steps = min(cap, self.budget_steps)
+
+    def validates_after(self, trainer: L.Trainer) -> bool:
+        """Whether a validation follows the step just done (the cadence, or the last step)."""
+        step = trainer.global_step
+        if step >= trainer.estimated_stepping_batches:
+            return True
+        if self.val_steps is not None:
+            return step % self.val_steps == 0
+        return step % max(1, trainer.num_training_batches * self.val_every) == 0
+
+    def restore_best(self, module: L.LightningModule) -> Path:
+        """Load the best validation's weights into ``module``; returns that checkpoint (``last.ckpt`` when
+        no validation ran)."""
+        best = self.out / "checkpoints" / "best.ckpt"
+        if not best.exists():
+            logger.warning("%s: no validation ran, so no best checkpoint: reporting the last weights", self.out)
+            return self.out / "checkpoints" / "last.ckpt"
+        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+        module.load_state_dict(state)
+        return best
+
+    def report(self, trainer: L.Trainer) -> dict:
+        """``results.json``'s ``plateau`` (settings, why and where training stopped, the best validation) and
+        ``curve`` entries."""
+        from composer.training.curve import last_quarter_gain
+        from composer.training.plateau import stop_reason
+
+        curve = self.recorder.curve
+        best = curve.best()
+        step = int(trainer.global_step)
+        summary = {**asdict(self.plateau), "positives_per_step": self.positives_per_step,
+                   "val_every_steps": self.val_steps, "budget_steps": self.budget_steps,
+                   "stopped": stop_reason(stopping=self.stopping, global_step=step, budget_steps=self.budget_steps,
+                                          max_steps=self.user_max_steps),
+                   "steps": step, "positives": step * self.positives_per_step, "validations": len(curve.points),
+                   "best": None if best is None else {"step": best.step, "positives": best.positives,
+                                                      "epoch": best.epoch, "val": best.metrics},
+                   "last_quarter_gain": last_quarter_gain(curve)}
+        return {"plateau": summary, "curve": curve.to_dict()["points"], "curve_file": "curve.json"}
 
 
 def add_twin_scores(module, dm: CompositionDataModule, results: dict) -> None:
@@ -241,12 +364,16 @@ def add_twin_scores(module, dm: CompositionDataModule, results: dict) -> None:
 
 
 def run_settings(recipe: TrainingRecipe, options: TrainerOptions) -> dict:
-    """What decides a run's results: a resumed run must have the same (``OUT/run.json``)."""
-    return {"recipe": {"model": recipe.model, "dataset": recipe.dataset, "preset": recipe.preset,
-                       "model_overrides": recipe.model_overrides, "optim": asdict(recipe.optim),
-                       "data": asdict(recipe.data), "il": None if recipe.il is None else asdict(recipe.il),
-                       "mvsa_concepts": recipe.mvsa_concepts},
-            "precision": training_precision(options)}
+    """What decides a run's results: a resumed run must have the same (``OUT/run.json``). The plateau
+    settings appear only when on, so that a run from before they existed still resumes."""
+    settings = {"recipe": {"model": recipe.model, "dataset": recipe.dataset, "preset": recipe.preset,
+                           "model_overrides": recipe.model_overrides, "optim": asdict(recipe.optim),
+                           "data": asdict(recipe.data), "il": None if recipe.il is None else asdict(recipe.il),
+                           "mvsa_concepts": recipe.mvsa_concepts},
+                "precision": training_precision(options)}
+    if recipe.plateau.enabled:
+        settings["recipe"]["plateau"] = asdict(recipe.plateau)
+    return settings
 
 
 def is_first_process() -> bool:
@@ -257,7 +384,8 @@ def is_first_process() -> bool:
     return all(int(os.environ.get(name) or 0) == 0 for name in ("RANK", "SLURM_PROCID", "NODE_RANK", "LOCAL_RANK"))
 
 
-def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path) -> dict:
+def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path,
+          callbacks: Sequence[L.Callback] = ()) -> dict:
     """Train ``recipe`` into the run folder ``out``; returns what ``results.json`` holds.
 
     The folder policy (:func:`crg.outputs.prepare_output_dir`) is applied before any data are read:
@@ -273,4 +401,4 @@ def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path) -> d
     run = prepare_run(recipe, max_steps=options.max_steps)
     results = {"model": recipe.model,
                "config": run_config(recipe, run.model_config, training_precision(options))}
-    return fit_and_report(run, options, out, results=results, val_every=recipe.val_every)
+    return fit_and_report(run, options, out, results=results, val_every=recipe.val_every, callbacks=callbacks)

@@ -25,6 +25,7 @@ from typing import Any
 from composer.factory import CLIP_FAMILY, check_model, model_config
 from composer.training.composer_module import OptimConfig
 from composer.training.data import DataConfig
+from composer.training.plateau import PlateauConfig
 
 __all__ = ["NAMED", "RecipeOverrides", "TrainingRecipe", "build_module", "named_recipe"]
 
@@ -88,6 +89,8 @@ class RecipeOverrides:
         val_every: epochs between validations.
         mvsa_concepts: phrases per positive caption for the flat model's MVSA.
         il_preset, il: the CLIP family's :class:`ILConfig` preset and field overrides.
+        val_every_positives, patience, min_delta, max_positives: :class:`PlateauConfig` fields (training to
+            the plateau; all off by default).
     """
 
     preset: str | None = None
@@ -119,6 +122,10 @@ class RecipeOverrides:
     mvsa_concepts: int | None = None
     il_preset: str | None = None
     il: dict[str, Any] = field(default_factory=dict)
+    val_every_positives: int | None = None
+    patience: int | None = None
+    min_delta: float | None = None
+    max_positives: int | None = None
 
 
 @dataclass
@@ -133,6 +140,7 @@ class TrainingRecipe:
         il: the CLIP family's :class:`composer.baselines.iterated_learning.ILConfig`, else None.
         mvsa_concepts: the flat model's MVSA phrases per caption, else None.
         val_every: epochs between validations.
+        plateau: validation cadence in positives, patience and budget (:class:`PlateauConfig`; off by default).
     """
 
     model: str
@@ -144,6 +152,7 @@ class TrainingRecipe:
     il: Any = None
     mvsa_concepts: int | None = None
     val_every: int = 1
+    plateau: PlateauConfig = field(default_factory=PlateauConfig)
 
     def model_config(self, region_dim: int):
         """The model's config dataclass, its region feature size fixed by the store."""
@@ -208,7 +217,10 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
         raise ValueError("mvsa_concepts applies to the flat model only")
     return TrainingRecipe(model=model, dataset=dataset, preset=preset, model_overrides=model_overrides,
                           optim=optim, data=data, il=il, mvsa_concepts=mvsa_concepts,
-                          val_every=pick("val_every", 1))
+                          val_every=pick("val_every", 1),
+                          plateau=PlateauConfig(val_every_positives=pick("val_every_positives"),
+                                                patience=pick("patience"), min_delta=pick("min_delta", 0.0),
+                                                max_positives=pick("max_positives")))
 
 
 def build_module(recipe: TrainingRecipe, model_cfg):

@@ -1,0 +1,199 @@
+"""Training to the plateau: validation at a fixed cadence of positives, the best weights by validation R@1,
+early stopping after a set patience, and a budget of positives that is the same for every model.
+
+Why: a model compared at a fixed, short number of steps is a statement about under-training (issue 31).
+Each run here validates on the same fixed validation set (the first ``eval_images`` val images and all
+their captions) every ``val_every_positives`` positive pairs, keeps the weights of its best validation
+(``checkpoints/best.ckpt``), stops when ``patience`` validations in a row have not beaten the best by more
+than ``min_delta`` (Lightning's :class:`~lightning.pytorch.callbacks.EarlyStopping`), and never trains on
+more than ``max_positives`` pairs. Its learning curve is :mod:`composer.training.curve`.
+
+Everything is off by default (:attr:`PlateauConfig.enabled` False): the paper's fixed schedule, validation
+every ``val_every`` epochs and the last weights reported, exactly as before.
+
+>>> p = PlateauConfig(val_every_positives=1000, patience=3, max_positives=10_000)
+>>> p.enabled, p.steps(p.val_every_positives, 32), p.steps(p.max_positives, 32)
+(True, 32, 313)
+>>> PlateauConfig(patience=0).enabled
+False
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
+from lightning.pytorch.trainer.states import TrainerFn
+
+from composer.training.curve import CurvePoint, LearningCurve, flat_metrics
+
+__all__ = ["MONITOR", "CurveRecorder", "PatienceStopping", "PlateauConfig", "StepCheckpoint", "ValidateAtEnd",
+           "stop_reason"]
+
+logger = logging.getLogger(__name__)
+
+# what RetrievalModule logs for the validation set's single-positive sentence R@1
+MONITOR = "val/R@1"
+
+
+@dataclass
+class PlateauConfig:
+    """When to validate, which weights to keep and when to stop (all off by default: the paper's schedule).
+
+    Part of the recipe (:class:`composer.training.recipes.TrainingRecipe`), not of the trainer options:
+    the budget and the patience decide which weights a run reports, so two runs compared must share them
+    (and a resumed run must keep them: ``run.json``).
+
+    Attributes:
+        val_every_positives: validate every this many positive pairs trained on (over all processes),
+            rounded up to whole steps; None: every ``val_every`` epochs as before.
+        patience: stop after this many validations in a row without a gain of more than ``min_delta`` in
+            val R@1 (Lightning's EarlyStopping); None or 0: no early stopping.
+        min_delta: the gain in val R@1 points that counts as an improvement for ``patience``.
+        max_positives: train on at most this many positive pairs (``ceil(max_positives / (batch x
+            processes))`` steps); it replaces the recipe's number of epochs (or the CLIP family's schedule
+            length) as the end of training. The learning-rate schedule keeps its shape in epochs (steps).
+    """
+
+    val_every_positives: int | None = None
+    patience: int | None = None
+    min_delta: float = 0.0
+    max_positives: int | None = None
+
+    def __post_init__(self):
+        for name in ("val_every_positives", "max_positives"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 (or None: off), got {v}")
+        if self.patience is not None and self.patience < 0:
+            raise ValueError(f"patience must be >= 0 (0 or None: no early stopping), got {self.patience}")
+        if self.min_delta < 0:
+            raise ValueError(f"min_delta must be >= 0, got {self.min_delta}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any of it is on: then the run keeps its best weights by validation and records its curve."""
+        return bool(self.val_every_positives or self.patience or self.max_positives)
+
+    @staticmethod
+    def steps(positives: int, positives_per_step: int) -> int:
+        """Whole steps that train at least ``positives`` pairs."""
+        return max(1, math.ceil(positives / positives_per_step))
+
+    def settings(self) -> dict | None:
+        """What ``run.json`` records (None when off, so that runs from before it existed still resume)."""
+        return asdict(self) if self.enabled else None
+
+
+class CurveRecorder(L.Callback):
+    """Adds a :class:`CurvePoint` to ``curve`` at every validation during fitting and writes ``curve.json`` /
+    ``curve.csv`` into ``folder`` (global rank 0). The curve, the running training loss and the best
+    validation's full report are saved in checkpoints, so a resumed run continues the same curve."""
+
+    def __init__(self, batch_size: int, folder: str | Path | None = None, *, extra: dict | None = None):
+        self.batch_size = batch_size
+        self.folder = None if folder is None else Path(folder)
+        self.extra = extra or {}
+        self.curve = LearningCurve()
+        self.best_report: dict | None = None
+        self.positives_per_step = batch_size
+        self._loss_sum, self._loss_count = 0.0, 0
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self.positives_per_step = self.batch_size * trainer.world_size  # each process trains its own batch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            self._loss_sum += float(loss)
+            self._loss_count += 1
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:  # not trainer.validate()
+            return
+        report = getattr(pl_module, "results", {}).get("val")
+        if report is None or MONITOR not in trainer.callback_metrics:
+            return
+        step = int(trainer.global_step)
+        loss = self._loss_sum / self._loss_count if self._loss_count else None
+        self.curve.add(CurvePoint(step=step, positives=step * self.positives_per_step, epoch=int(trainer.current_epoch),
+                                  metrics=flat_metrics(report), train_loss=loss))
+        self._loss_sum, self._loss_count = 0.0, 0
+        best = self.curve.best()
+        if best is not None and best.step == step:
+            self.best_report = json.loads(json.dumps(report, default=float))  # plain types: weights-only loading
+        if trainer.is_global_zero and self.folder is not None:
+            self.curve.write(self.folder, positives_per_step=self.positives_per_step, **self.extra)
+
+    def state_dict(self) -> dict:
+        return {"curve": self.curve.to_dict(), "best_report": self.best_report,
+                "loss_sum": self._loss_sum, "loss_count": self._loss_count}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.curve = LearningCurve.from_dict(state_dict.get("curve", {}))
+        self.best_report = state_dict.get("best_report")
+        self._loss_sum = float(state_dict.get("loss_sum", 0.0))
+        self._loss_count = int(state_dict.get("loss_count", 0))
+
+
+class ValidateAtEnd(L.Callback):
+    """Validates after the last step of training when the cadence does not fall on it, so that the curve and
+    the best checkpoint see the final weights too (Lightning validates on a step where ``should_stop`` is set)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= trainer.estimated_stepping_batches:
+            trainer.should_stop = True
+
+
+class PatienceStopping(EarlyStopping):
+    """Lightning's EarlyStopping on val R@1 (mode max) that also stays stopped when a run it stopped is
+    resumed (the stock callback only checks at the next validation, so the run would train on)."""
+
+    def __init__(self, patience: int, min_delta: float = 0.0):
+        super().__init__(monitor=MONITOR, mode="max", patience=patience, min_delta=min_delta,
+                         check_on_train_epoch_end=False, verbose=True)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED:
+            trainer.should_stop = True
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """The every-N-steps ``last.ckpt`` that skips steps followed by a validation: a checkpoint written before
+    a validation would, when resumed, skip that validation (Lightning fast-forwards past it); the
+    validation's own checkpoint (the best-by-validation callback's ``save_last``) is written after it."""
+
+    def __init__(self, *args, validates_after: Callable[[object], bool], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validates_after = validates_after
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.validates_after(trainer):
+            return
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+def stop_reason(*, stopping: EarlyStopping | None, global_step: int, budget_steps: int | None,
+                max_steps: int | None) -> str:
+    """Why training ended: ``patience`` (early stopping), ``max_positives`` (the budget), ``max_steps``
+    (``--max-steps``) or ``schedule`` (the recipe's epochs or the CLIP family's steps ran out).
+
+    >>> stop_reason(stopping=None, global_step=100, budget_steps=100, max_steps=None)
+    'max_positives'
+    >>> stop_reason(stopping=None, global_step=50, budget_steps=100, max_steps=50)
+    'max_steps'
+    """
+    if stopping is not None and stopping.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED:
+        return "patience"
+    if budget_steps is not None and global_step >= budget_steps:
+        return "max_positives"
+    if max_steps is not None and max_steps > 0 and global_step >= max_steps:
+        return "max_steps"
+    return "schedule"
