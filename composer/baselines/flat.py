@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer
+from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
 from composer.config import ComposerConfig
 from composer.modeling.composer import check_visual_inputs
 from composer.modeling.predicate_transformer import PredicateTransformer, TemplateTokenizer
@@ -48,6 +48,8 @@ class FlatCrossTransformer(PretrainedModel, nn.Module):
         self.composition_transformer = CompositionTransformer(cfg)
         self.scorer = AlignmentScorer(cfg.text.hidden_size, cfg.text.initializer_range)
         self._tokenizer: TemplateTokenizer | None = None
+        # False: the padded reference path (every token of every layer), kept to test the fast one against
+        self.fast_path = True
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> FlatCrossTransformer:
@@ -90,6 +92,11 @@ class FlatCrossTransformer(PretrainedModel, nn.Module):
         token_ids, token_mask = token_ids.to(device), token_mask.to(device)
         text = self.text_encoder(token_ids, token_mask)                               # (C, T, D), once per caption
         visual = self.composition_transformer.encode_visual(regions, geometry, region_mask)  # (I, R, Dv) | None
-        cls = self.composition_transformer(text[pair_caption], token_mask[pair_caption], visual, region_mask,
-                                           item_image=pair_image)                    # (Q, D)
+        if self.fast_path:  # real tokens only, [CLS] only in the last layer
+            cls = self.composition_transformer(
+                pack_tokens(text[pair_caption], token_mask[pair_caption]), None, visual, region_mask,
+                item_image=pair_image)                                                # (Q, D)
+        else:
+            cls = self.composition_transformer(text[pair_caption], token_mask[pair_caption], visual, region_mask,
+                                               item_image=pair_image)                # (Q, D)
         return FlatOutput(scores=self.scorer(cls), embeddings=cls)

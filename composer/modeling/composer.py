@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer
+from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
 from composer.config import ComposerConfig
 from composer.modeling.film import Modulator
 from composer.losses import OrderScores
@@ -107,6 +107,8 @@ class Composer(PretrainedModel, nn.Module):
         self.modulator = Modulator(cfg)
         self.composition_transformer = CompositionTransformer(cfg)
         self.scorer = AlignmentScorer(cfg.text.hidden_size, cfg.text.initializer_range)
+        # False: the padded reference path (every token of every layer), kept to test the fast one against
+        self.fast_path = True
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> Composer:
@@ -199,6 +201,8 @@ class Composer(PretrainedModel, nn.Module):
         ph_pos = programs.template_tokens.placeholder_positions.to(device)[preds]     # (P', A)
         pt_states = self.predicate_transformer(tids, tmask)                    # (P', T, D)
         ct_visual = self.composition_transformer.encode_visual(regions, geometry, region_mask)  # (I, R, Dv) | None
+        # the first CrossAtt's keys and values over each image, once for every level
+        ct_visual_kv = self.composition_transformer.visual_keys(ct_visual) if self.fast_path else None
         D = pt_states.shape[-1]
         if ph_pos.shape[1]:  # the modulator's placeholder-only work, once per predicate
             ph_terms = self.modulator.placeholder_terms(
@@ -222,8 +226,13 @@ class Composer(PretrainedModel, nn.Module):
                 slot = slots[p, :t]                                             # (n, t), -1 = not a placeholder
                 at_slot = modulated.gather(1, slot.clamp_min(0)[..., None].expand(-1, -1, D))  # (n, t, D)
                 seq = torch.where((slot >= 0)[..., None], at_slot, seq)        # (n, t, D)
-            outputs.append(self.composition_transformer(
-                seq, tmask[p, :t], ct_visual, region_mask, item_image=work_image[items]))  # (n, D)
+            if self.fast_path:  # real tokens only, [CLS] only in the last layer
+                outputs.append(self.composition_transformer(
+                    pack_tokens(seq, tmask[p, :t]), None, ct_visual, region_mask, item_image=work_image[items],
+                    visual_kv=ct_visual_kv))                                                       # (n, D)
+            else:
+                outputs.append(self.composition_transformer(
+                    seq, tmask[p, :t], ct_visual, region_mask, item_image=work_image[items]))  # (n, D)
         return torch.cat(outputs)                                               # (W, D)
 
     def _primitives(self, plan: ExecutionPlan, programs: ProgramBatch, prim: slice, regions: torch.Tensor,
