@@ -19,6 +19,7 @@ from composer.modeling.composer import Composer
 from composer.modeling.composition_transformer import CompositionTransformer, pack_tokens
 from composer.program import ConceptProgram, ProgramBatch
 from composer.baselines.flat import FlatCrossTransformer
+from composer.retrieval import score_matrix, score_matrix_pairwise
 from test_composer_program import random_programs
 
 B, T, D = 5, 7, 24        # items, padded tokens, text width (tiny)
@@ -233,3 +234,27 @@ def test_fifty_training_steps_give_the_reference_losses(tokenizer):
     assert len(set(round(x, 3) for x in losses[0])) > 10      # the losses move: the comparison means something
     diffs = [abs(a - b) for a, b in zip(*losses)]
     assert max(diffs) < 1e-5, max(diffs)
+
+
+# ----------------------------------------------------------------------------- evaluation
+@pytest.mark.parametrize("model_cls", [Composer, FlatCrossTransformer])
+@pytest.mark.parametrize("max_pairs", [4096, 13, 5])
+def test_whole_set_scoring_gives_the_pairwise_reference_scores(model_cls, max_pairs, tokenizer):
+    """``score_matrix`` through the model's ``score_all`` (captions together, a few images at a time, each image's
+    and caption's own work once) against the pair-by-pair loop on the padded reference path; chunks of 4096
+    (one chunk), 13 (several images per chunk) and 5 pairs (fewer than the captions: captions chunked too)."""
+    ref, fast = _pair(model_cls, {})
+    ref.eval(), fast.eval()
+    programs = random_programs(seed=21, n=8)
+    programs.append(ConceptProgram.from_derivations([], root="dog"))
+    regions, geometry, mask = _inputs(22, n_images=6)
+    expected = score_matrix_pairwise(ref, regions, geometry, mask, programs, tokenizer, max_pairs=max_pairs)
+    calls = []
+    got = fast.score_all(regions, geometry, mask, programs, tokenizer, max_pairs=max_pairs,
+                         on_chunk=lambda: calls.append(1))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    res = score_matrix(fast, regions, geometry, mask, programs, tokenizer, max_pairs=max_pairs)
+    torch.testing.assert_close(torch.from_numpy(res.scores), expected, rtol=1e-5, atol=1e-5)
+    per_call = min(len(programs), max_pairs) * max(1, max_pairs // min(len(programs), max_pairs))
+    assert len(calls) >= 6 * len(programs) / per_call     # every call within max_pairs pairs
+    assert not torch.isclose(expected, expected[:, :1]).all()   # the images are told apart: the test can fail

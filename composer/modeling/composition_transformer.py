@@ -105,21 +105,31 @@ class CompositionTransformer(nn.Module):
     def uses_image(self) -> bool:
         return self.num_pairs > 0
 
-    def encode_visual(self, regions: torch.Tensor, geometry: torch.Tensor,
-                      region_mask: torch.Tensor) -> torch.Tensor | None:
+    def encode_visual(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor, *,
+                      packed: bool = False) -> torch.Tensor | None:
         """The text-independent prefix of the visual stream, once per image.
 
         Args:
             regions: (I, R, Dr) region features; geometry: (I, R, Dg) box geometry.
             region_mask: (I, R) bool, True = real region.
+            packed: run the embedding and the visual SelfAtt on the real regions only (world images: ~70%
+                of the slots) and leave zeros at the padded ones, which every later layer masks as keys.
+                The real regions' states are the same.
 
         Returns:
             (I, R, Dv) states entering the first co-attention; None when ``ct_layers = 1``.
         """
         if not self.uses_image:
             return None
-        v = self.visual_embedding(regions, geometry)   # (I, R, Dv)
-        return self.visual_layers[0](v, region_mask)   # (I, R, Dv)
+        if not packed:
+            v = self.visual_embedding(regions, geometry)   # (I, R, Dv)
+            return self.visual_layers[0](v, region_mask)   # (I, R, Dv)
+        I, R = region_mask.shape
+        where = region_mask.flatten().nonzero()[:, 0]                                  # (N,) real regions
+        v = self.visual_embedding(regions.flatten(0, 1).index_select(0, where),
+                                  geometry.flatten(0, 1).index_select(0, where))       # (N, Dv)
+        v = self.visual_layers[0].forward_packed(v, where, region_mask)                # (N, Dv)
+        return v.new_zeros(I * R, v.shape[-1]).index_copy(0, where, v).view(I, R, -1)  # (I, R, Dv)
 
     def forward(self, text: torch.Tensor | PackedTokens, text_mask: torch.Tensor | None = None,
                 visual: torch.Tensor | None = None, visual_mask: torch.Tensor | None = None,

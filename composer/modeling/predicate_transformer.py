@@ -298,19 +298,21 @@ class PredicateTransformer(nn.Module):
         x = self.embeddings(ids)                               # (B, T, D_pt)
         return x if self.embedding_projection is None else self.embedding_projection(x)
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, embedded: torch.Tensor | None = None) -> torch.Tensor:
         """Encode templates (or sentences).
 
         Args:
             ids: (P, T) token ids, ``[CLS] ... [SEP]`` then padding.
             mask: (P, T) bool, True = real token (padding is never attended to).
+            embedded: (P, T, D_pt) ``self.embeddings(ids)`` when the caller looked them up already (together
+                with other ids: one lookup, one dense gradient of the embedding table).
 
         Returns:
             (P, T, D) contextualised tokens; zeros at padded positions.
         """
         P, T = ids.shape
         where = mask.flatten().nonzero()[:, 0]                          # (N,) the real tokens' flat positions
-        x = self.embeddings(ids).flatten(0, 1).index_select(0, where)  # (N, D_pt)
+        x = (self.embeddings(ids) if embedded is None else embedded).flatten(0, 1).index_select(0, where)  # (N, D_pt)
         for layer in self.encoder.layer:  # token-wise work on the N real tokens only (TransformerLayer.forward_packed)
             x = layer.forward_packed(x, where, mask)                    # (N, D_pt)
         if self.output_projection is not None:
