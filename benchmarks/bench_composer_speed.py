@@ -57,6 +57,7 @@ class PathTiming:
     step_cpu_seconds: float      # median thread CPU time of the timed steps
     positives_per_second: float  # batch size / step_seconds
     eval_seconds: float          # median over the evaluation rounds
+    eval_cpu_seconds: float      # median thread CPU time of the evaluation rounds
     eval_pairs_per_second: float
 
 
@@ -67,6 +68,7 @@ class ModelResult:
     train_speedup: float         # total reference step time / total fast step time (same steps, interleaved)
     train_cpu_speedup: float
     eval_speedup: float
+    eval_cpu_speedup: float
     max_loss_diff: float         # over all steps, warm-up included
     max_loss_diff_nudged: float  # reference against itself from weights one float32 step away (rounding noise)
     loss_diff_by_step: list      # |fast - reference| at each step
@@ -106,7 +108,7 @@ class Stepper:
 
 
 def time_eval(module, ev, fast: bool, max_pairs: int):
-    """(scores (C, I), seconds) of one full cross-scoring by the given path."""
+    """(scores (C, I), wall seconds, thread CPU seconds) of one full cross-scoring by the given path."""
     import torch
 
     from composer.retrieval import score_matrix, score_matrix_pairwise
@@ -114,7 +116,7 @@ def time_eval(module, ev, fast: bool, max_pairs: int):
     model = module.model
     model.eval()
     model.fast_path = fast
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     with torch.no_grad():
         if fast:
             scores = torch.from_numpy(score_matrix(model, ev.regions, ev.geometry, ev.mask, ev.programs,
@@ -122,7 +124,7 @@ def time_eval(module, ev, fast: bool, max_pairs: int):
         else:
             scores = score_matrix_pairwise(model, ev.regions, ev.geometry, ev.mask, ev.programs, module.tokenizer,
                                            max_pairs=max_pairs)
-    return scores, time.perf_counter() - started
+    return scores, time.perf_counter() - started, time.thread_time() - cpu
 
 
 def run_model(name: str, args, region_dim: int, batches: list, ev) -> ModelResult:
@@ -157,21 +159,25 @@ def run_model(name: str, args, region_dim: int, batches: list, ev) -> ModelResul
     modules[False].load_state_dict(modules[True].state_dict())  # score with the same (trained) weights
     n_pairs = ev.num_images * len(ev.programs)
     eval_s: dict[bool, list[float]] = {False: [], True: []}
+    eval_cpu: dict[bool, list[float]] = {False: [], True: []}
     scores = {}
     for _ in range(args.eval_rounds):
         for f in (False, True):
-            scores[f], seconds = time_eval(modules[f], ev, f, args.eval_max_pairs)
+            scores[f], seconds, cpu = time_eval(modules[f], ev, f, args.eval_max_pairs)
             eval_s[f].append(seconds)
+            eval_cpu[f].append(cpu)
     score_diff = float((scores[True] - scores[False]).abs().max())
 
     def timing(st: Stepper, f: bool) -> PathTiming:
         step = statistics.median(st.wall)
         ev_s = statistics.median(eval_s[f])
-        return PathTiming(step, statistics.median(st.cpu), args.batch_size / step, ev_s, n_pairs / ev_s)
+        return PathTiming(step, statistics.median(st.cpu), args.batch_size / step, ev_s,
+                          statistics.median(eval_cpu[f]), n_pairs / ev_s)
 
     return ModelResult(reference=timing(ref, False), fast=timing(fast, True),
                        train_speedup=sum(ref.wall) / sum(fast.wall), train_cpu_speedup=sum(ref.cpu) / sum(fast.cpu),
-                       eval_speedup=sum(eval_s[False]) / sum(eval_s[True]), max_loss_diff=max(diffs),
+                       eval_speedup=sum(eval_s[False]) / sum(eval_s[True]),
+                       eval_cpu_speedup=sum(eval_cpu[False]) / sum(eval_cpu[True]), max_loss_diff=max(diffs),
                        max_loss_diff_nudged=nudged_diff, loss_diff_by_step=[float(f"{d:.2e}") for d in diffs],
                        max_score_diff=score_diff, losses_first_last=[fast.losses[0], fast.losses[-1]])
 
@@ -188,17 +194,19 @@ def report_text(args, info: dict, results: dict[str, ModelResult], command: str)
              f"{README_LR} with gradients clipped at {README_CLIP}; {args.warmup} warm-up + "
              f"{args.steps - args.warmup} timed steps per path. Evaluation: {info['eval_images']} test images x "
              f"{info['eval_captions']} captions, full cross-scoring, median of {args.eval_rounds} rounds.", "",
-             "| model | path | s / step | CPU s / step | positives / s | eval s | eval pairs / s |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | path | s / step | CPU s / step | positives / s | eval s | eval CPU s | eval pairs / s |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         for label, t in (("reference (padded)", r.reference), ("fast", r.fast)):
             lines.append(f"| {LABEL[name]} | {label} | {t.step_seconds:.3f} | {t.step_cpu_seconds:.3f} | "
-                         f"{t.positives_per_second:.1f} | {t.eval_seconds:.1f} | {t.eval_pairs_per_second:,.0f} |")
+                         f"{t.positives_per_second:.1f} | {t.eval_seconds:.1f} | {t.eval_cpu_seconds:.1f} | "
+                         f"{t.eval_pairs_per_second:,.0f} |")
     lines.append("")
     for name, r in results.items():
         first_over = next((i for i, d in enumerate(r.loss_diff_by_step) if d > 1e-5), None)
         lines.append(f"{LABEL[name]}: training **{r.train_speedup:.2f}x** positives per second (CPU time "
-                     f"{r.train_cpu_speedup:.2f}x), evaluation **{r.eval_speedup:.2f}x**; largest loss difference "
+                     f"{r.train_cpu_speedup:.2f}x), evaluation **{r.eval_speedup:.2f}x** (CPU time "
+                     f"{r.eval_cpu_speedup:.2f}x); largest loss difference "
                      f"over the {args.steps} steps {r.max_loss_diff:.1e} ("
                      + ("never above 1e-5" if first_over is None else f"first above 1e-5 at step {first_over + 1}")
                      + f"; losses {r.losses_first_last[0]:.3f} -> {r.losses_first_last[1]:.3f}), against "
@@ -260,7 +268,8 @@ def main(argv=None) -> int:
         results[name] = r = run_model(name, args, dm.store.feature_dim, batches, ev)
         print(f"{LABEL[name]}: training {r.reference.positives_per_second:.1f} -> {r.fast.positives_per_second:.1f} "
               f"positives/s ({r.train_speedup:.2f}x wall, {r.train_cpu_speedup:.2f}x CPU), evaluation "
-              f"{r.reference.eval_seconds:.1f} -> {r.fast.eval_seconds:.1f} s ({r.eval_speedup:.2f}x); max loss "
+              f"{r.reference.eval_seconds:.1f} -> {r.fast.eval_seconds:.1f} s ({r.eval_speedup:.2f}x wall, "
+              f"{r.eval_cpu_speedup:.2f}x CPU); max loss "
               f"diff {r.max_loss_diff:.1e}, max score diff {r.max_score_diff:.1e}", flush=True)
     info["load"].append(os.getloadavg()[0])
     print(json.dumps({"benchmark": "bench_composer_speed", "args": vars(args), **info,

@@ -159,7 +159,8 @@ def _pair(model_cls, overrides: dict, seed: int = 0):
 
 VARIANTS = [
     {},
-    {"modulator": "mlp", "primitive_cross_attention": False, "ct_layers": 5, "composition": {"visual_selfatt": "every"}},
+    {"modulator": "mlp", "primitive_cross_attention": False, "ct_layers": 5,
+     "composition": {"visual_selfatt": "every"}},
     {"modulator": "replace", "ct_layers": 1, "pt_layers": 0},
 ]
 
@@ -224,9 +225,9 @@ def test_fifty_training_steps_give_the_reference_losses(tokenizer):
         for k, (model, opt) in enumerate(zip((ref, fast), optimizers)):
             opt.zero_grad(set_to_none=True)
             out = model(regions, geometry, mask, batch, pair_image.reshape(-1), pair_caption.reshape(-1))
-            e = out.edge_parent.shape[1]
-            order = OrderScores(out.edge_scores().parent.view(4, 3, e)[:, 0], out.edge_scores().child.view(4, 3, e)[:, 0],
-                                out.edge_mask.view(4, 3, e)[:, 0])
+            e, edges = out.edge_parent.shape[1], out.edge_scores()
+            order = OrderScores(edges.parent.view(4, 3, e)[:, 0], edges.child.view(4, 3, e)[:, 0],
+                                edges.mask.view(4, 3, e)[:, 0])                      # the positives' edges
             loss = composer_loss(out.root_scores.view(4, 3), None, order).total
             loss.backward()
             opt.step()
