@@ -361,9 +361,9 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
     lines.append("Each model's step is its module's `training_step` (its loss, MVSA and order terms included for "
                  "COMPOSER) + backward + its optimiser's step, without a Trainer (logging switched off). "
                  "Cross-encoders are scored by `composer.retrieval.score_matrix` (every pair through the model, "
-                 f"chunks of {args.eval_max_pairs:,} pairs); the dual encoders encode each image and caption once "
-                 "and take one matrix product. Evaluation throughput of a cross-encoder depends on the number of "
-                 "images: the image-only prefix is recomputed for every caption chunk.")
+                 f"at most {args.eval_max_pairs:,} pairs per call, by the model's `score_all`: captions together "
+                 "against a few images at a time, each image's and each caption's own work once); the dual "
+                 "encoders encode each image and caption once and take one matrix product.")
     lines.append("")
     return "\n".join(lines)
 
@@ -483,7 +483,7 @@ def main(argv=None) -> int:
         + ", ".join(f"{LABEL[n]} {evals[n].target_seconds:,.1f} s" for n in names)
         + f". From synthetic world features of dim {region_dim} with {info['regions']} regions per image (BUTD "
           "features are 2048-d, 100 + 1 regions); dual encoders scaled by images + captions, cross-encoders by "
-          "pairs (at more images the per-chunk image prefix weighs more).")
+          "pairs.")
     print(extrapolation)
 
     header = f"{'model':<24}{'params':>9}{'pairs/step':>12}{'s/step':>10}{'eval pairs/s':>15}  eval path"

@@ -297,29 +297,23 @@ class ProgramBatch:
         enc_templates = tokenizer.encode_templates(template_list)
         enc_words = tokenizer.encode_words(word_list)
         A = enc_templates.placeholder_mask.shape[1]
-        G = len(sub_rows)
-        sub_children = torch.full((G, A), -1, dtype=torch.long)
-        for g, (_, _, _, kids) in enumerate(sub_rows):
-            if kids:
-                sub_children[g, :len(kids)] = torch.tensor(kids)
+        # padded rows built as Python lists, one tensor each (a torch.tensor call per row costs more than the row)
+        sub_children = torch.tensor([list(kids) + [-1] * (A - len(kids)) for _, _, _, kids in sub_rows],
+                                    dtype=torch.long).view(len(sub_rows), A)           # (G, A)
 
-        C = len(programs)
         N = max(p.num_nodes for p in programs)
         all_edges = [p.edges() for p in programs]
         E = max((len(e) for e in all_edges), default=0)
-        node_subtree = torch.full((C, N), -1, dtype=torch.long)
-        node_level = torch.full((C, N), -1, dtype=torch.long)
-        edge_parent = torch.zeros((C, E), dtype=torch.long)
-        edge_child = torch.zeros((C, E), dtype=torch.long)
-        edge_mask = torch.zeros((C, E), dtype=torch.bool)
-        for c, (prog, local, edges) in enumerate(zip(programs, node_subtrees, all_edges)):
-            node_subtree[c, :len(local)] = torch.tensor(local)
-            node_level[c, :len(local)] = torch.tensor(prog.levels)
-            if edges:
-                e = torch.tensor(edges)  # (E_c, 2)
-                edge_parent[c, :len(edges)] = e[:, 0]
-                edge_child[c, :len(edges)] = e[:, 1]
-                edge_mask[c, :len(edges)] = True
+        node_subtree = torch.tensor([local + [-1] * (N - len(local)) for local in node_subtrees],
+                                    dtype=torch.long)                                   # (C, N)
+        node_level = torch.tensor([list(p.levels) + [-1] * (N - p.num_nodes) for p in programs],
+                                  dtype=torch.long)                                     # (C, N)
+        edge_parent = torch.tensor([[e[0] for e in edges] + [0] * (E - len(edges)) for edges in all_edges],
+                                   dtype=torch.long).view(len(programs), E)             # (C, E)
+        edge_child = torch.tensor([[e[1] for e in edges] + [0] * (E - len(edges)) for edges in all_edges],
+                                  dtype=torch.long).view(len(programs), E)              # (C, E)
+        edge_mask = torch.tensor([[True] * len(edges) + [False] * (E - len(edges)) for edges in all_edges],
+                                 dtype=torch.bool).view(len(programs), E)               # (C, E)
         return cls(
             programs=list(programs), templates=template_list, template_tokens=enc_templates, words=word_list,
             word_tokens=enc_words,

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 __all__ = ["NonFiniteScoreError", "RetrievalResult", "check_finite_scores", "recall_at_k", "recall_at_k_multi",
-           "score_matrix"]
+           "score_matrix", "score_matrix_pairwise"]
 
 
 class NonFiniteScoreError(ValueError):
@@ -108,14 +108,16 @@ class RetrievalResult:
 def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor, programs,
                  tokenizer, *, max_pairs: int = 4096, progress: bool = False, caption_labels=None,
                  image_labels=None) -> RetrievalResult:
-    """Score every caption against every image, in chunks of at most ``max_pairs`` pairs.
+    """Score every caption against every image, at most ``max_pairs`` pairs per model call.
 
-    Captions are taken a few at a time against as many images as fit, and each caption chunk is
-    collated once: its text-only work (the Predicate Transformer over its templates) runs once per
-    image chunk -- once in all when all images fit in one chunk. A dual encoder (a model with
-    ``cross_scores(regions, geometry, region_mask, sentences)``: VSE, the CLIP family) encodes every image
-    and every caption's sentence once and scores them all with one product, the same numbers as its
-    ``score_pairs`` (tested): pair-by-pair chunks would re-encode the images once per caption chunk.
+    Three paths, the same numbers (tested):
+
+    * a dual encoder (a model with ``cross_scores(regions, geometry, region_mask, sentences)``: VSE, the CLIP
+      family) encodes every image and every caption's sentence once and scores them all with one product;
+    * a cross-encoder with ``score_all(regions, geometry, region_mask, programs, tokenizer, max_pairs=...,
+      on_chunk=...)`` (COMPOSER, the flat model) scores the whole set itself, doing its image-only and
+      text-only work once (:meth:`composer.modeling.composer.Composer.score_all`);
+    * any other model with ``score_pairs``: :func:`score_matrix_pairwise`.
 
     Args:
         model: a :class:`composer.modeling.composer.Composer` (anything with its ``score_pairs`` signature).
@@ -125,17 +127,38 @@ def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_ma
         caption_labels, image_labels: names of the rows and columns (caption texts, image ids) for the
             error a non-finite score raises.
     """
-    from composer.program import ProgramBatch
-
     n_img, n_cap = regions.shape[0], len(programs)
     started = time.perf_counter()
     cross_scores = getattr(model, "cross_scores", None)
+    score_all = getattr(model, "score_all", None)
     if callable(cross_scores):  # a dual encoder: each image and sentence encoded once
         sentences = [p.texts[p.root] for p in programs]
         out = cross_scores(regions, geometry, region_mask, sentences).float().cpu()    # (C, I)
-        seconds = time.perf_counter() - started
-        check_finite_scores(out.numpy(), captions=caption_labels, images=image_labels)
-        return RetrievalResult(out.numpy(), seconds, n_cap * n_img / max(seconds, 1e-9))
+    elif callable(score_all):
+        with tqdm(desc="cross-scoring", unit="chunk", disable=not progress) as bar:
+            out = score_all(regions, geometry, region_mask, list(programs), tokenizer, max_pairs=max_pairs,
+                            on_chunk=lambda: bar.update(1)).float().cpu()              # (C, I)
+    else:
+        out = score_matrix_pairwise(model, regions, geometry, region_mask, programs, tokenizer,
+                                    max_pairs=max_pairs, progress=progress)             # (C, I)
+    seconds = time.perf_counter() - started
+    check_finite_scores(out.numpy(), captions=caption_labels, images=image_labels)
+    return RetrievalResult(out.numpy(), seconds, n_cap * n_img / max(seconds, 1e-9))
+
+
+@torch.no_grad()
+def score_matrix_pairwise(model, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                          programs, tokenizer, *, max_pairs: int = 4096, progress: bool = False) -> torch.Tensor:
+    """(C, I) scores by ``model.score_pairs`` in chunks of at most ``max_pairs`` pairs: the generic path, and
+    the reference the models' ``score_all`` is tested against.
+
+    Captions are taken a few at a time against as many images as fit, and each caption chunk is
+    collated once: its text-only work (the Predicate Transformer over its templates) runs once per
+    image chunk -- once in all when all images fit in one chunk.
+    """
+    from composer.program import ProgramBatch
+
+    n_img, n_cap = regions.shape[0], len(programs)
     out = torch.empty(n_cap, n_img)
     images_per_chunk = max(1, min(n_img, max_pairs))
     captions_per_chunk = max(1, max_pairs // images_per_chunk)
@@ -153,6 +176,4 @@ def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_ma
             out[c0:c0 + len(caps), i0:i0 + len(imgs)] = s.view(len(caps), len(imgs)).float().cpu()
             bar.update(1)
     bar.close()
-    seconds = time.perf_counter() - started
-    check_finite_scores(out.numpy(), captions=caption_labels, images=image_labels)
-    return RetrievalResult(out.numpy(), seconds, n_cap * n_img / max(seconds, 1e-9))
+    return out

@@ -211,6 +211,66 @@ class TransformerLayer(nn.Module):
         attended = att.output(ctx, tokens)                                                              # (N, D)
         return self.output(self.intermediate(attended), attended)
 
+    def forward_packed_first(self, tokens: torch.Tensor, where: torch.Tensor, mask: torch.Tensor,
+                             first: torch.Tensor) -> torch.Tensor:
+        """Self-attention on the real tokens, output at each row's first token only: :meth:`forward`'s
+        ``[:, 0]``.
+
+        Why: a stack read out at ``[CLS]`` (the Composition Transformer, the flat model) needs only that
+        row of its last layer. Keys and values still come from every real token; the query, the output
+        block and the FFN run on B rows instead of N tokens (a world concept has ~6 real tokens).
+
+        Args:
+            tokens: (N, D), where: (N,), mask: (B, T) as in :meth:`forward_packed`.
+            first: (B,) long, the index in ``tokens`` of each row's first token (``mask[:, 0]`` must be True).
+
+        Returns:
+            (B, D) the first token's updated state.
+        """
+        att = self.attention
+        B, T = mask.shape
+        kv = torch.cat([att.self.key(tokens), att.self.value(tokens)], dim=-1)                        # (N, 2A)
+        padded = kv.new_zeros(B * T, kv.shape[-1]).index_copy(0, where, kv).view(B, T, -1)          # (B, T, 2A)
+        k, v = (att._heads(x) for x in padded.chunk(2, dim=-1))                                         # (B, H, T, hs)
+        cls = tokens.index_select(0, first)                                                             # (B, D)
+        q = att._heads(att.self.query(cls)[:, None])                                                   # (B, H, 1, hs)
+        attended = att.output(att.attend(q, k, v, mask)[:, 0], cls)                                     # (B, D)
+        return self.output(self.intermediate(attended), attended)
+
+    def encoder_keys(self, encoder_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of (B, K, De) encoder states: two (B, H, K, hs) tensors."""
+        att = self.attention
+        return att._heads(att.self.key(encoder_states)), att._heads(att.self.value(encoder_states))
+
+    def forward_packed_cross(self, tokens: torch.Tensor, where: torch.Tensor, mask: torch.Tensor,
+                             encoder_states: torch.Tensor | None, encoder_mask: torch.Tensor,
+                             encoder_index: torch.Tensor | None = None,
+                             encoder_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Cross-attention of the real tokens only: what :meth:`forward` with ``encoder_states`` gives at
+        ``mask``'s True positions (its padded query rows are computed there and never read).
+
+        Args:
+            tokens: (N, D) the real tokens' states, in row-major order of ``mask``; where: (N,) their
+                flat positions in (B * T); mask: (B, T) bool, True = real token.
+            encoder_states, encoder_mask, encoder_index: as in :meth:`forward`.
+            encoder_kv: :meth:`encoder_keys` of ``encoder_states``, computed once by a caller that attends to
+                the same states several times (then ``encoder_states`` is not read).
+
+        Returns:
+            (N, D) updated states of the same tokens.
+        """
+        att = self.attention
+        B, T = mask.shape
+        q = att.self.query(tokens)                                                                      # (N, A)
+        q = att._heads(q.new_zeros(B * T, q.shape[-1]).index_copy(0, where, q).view(B, T, -1))          # (B, H, T, hs)
+        k, v = encoder_kv if encoder_kv is not None else self.encoder_keys(encoder_states)  # (B | I, H, K, hs)
+        key_mask = encoder_mask
+        if encoder_index is not None:
+            k, v, key_mask = k[encoder_index], v[encoder_index], encoder_mask[encoder_index]  # (B, H, K, hs), (B, K)
+        ctx = att.attend(q, k, v, key_mask).reshape(B * T, -1).index_select(0, where)                   # (N, A)
+        attended = att.output(ctx, tokens)                                                              # (N, D)
+        return self.output(self.intermediate(attended), attended)
+
 
 @dataclass
 class CoAttentionOutput:

@@ -15,19 +15,21 @@ Every intermediate concept's embedding and score is returned, in a padded per-pa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer
+from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
 from composer.config import ComposerConfig
 from composer.modeling.film import Modulator
 from composer.losses import OrderScores
 from composer.modeling.predicate_transformer import PredicateTransformer, TemplateTokenizer
 from composer.modeling.primitive_encoder import PrimitiveEncoder
 from composer.pretrained import PretrainedModel
-from composer.program import ExecutionPlan, ProgramBatch, plan_execution
+from composer.program import ConceptProgram, ExecutionPlan, ProgramBatch, plan_execution
 
 __all__ = ["Composer", "ComposerOutput", "check_visual_inputs"]
 
@@ -107,6 +109,8 @@ class Composer(PretrainedModel, nn.Module):
         self.modulator = Modulator(cfg)
         self.composition_transformer = CompositionTransformer(cfg)
         self.scorer = AlignmentScorer(cfg.text.hidden_size, cfg.text.initializer_range)
+        # False: the padded reference path (every token of every layer), kept to test the fast one against
+        self.fast_path = True
 
     @classmethod
     def from_config(cls, cfg: ComposerConfig, *, load_pretrained: bool = True) -> Composer:
@@ -140,12 +144,8 @@ class Composer(PretrainedModel, nn.Module):
         Returns:
             :class:`ComposerOutput` in the per-pair layout.
         """
-        check_visual_inputs(regions, geometry, region_mask)
-        if pair_image.numel() == 0:
-            raise ValueError("no (image, caption) pairs to score: pair_image is empty")
+        plan, table = self._execute(regions, geometry, region_mask, programs, pair_image, pair_caption)  # (W, D)
         device = regions.device
-        plan = plan_execution(programs, pair_image, pair_caption, num_images=regions.shape[0])
-        table = self._run(plan, programs, regions, geometry, region_mask)      # (W, D)
         scores = self.scorer(table)                                             # (W,)
 
         work = plan.pair_node_work.to(device)                                   # (Q, N)
@@ -166,8 +166,58 @@ class Composer(PretrainedModel, nn.Module):
 
     def score_pairs(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                     programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor) -> torch.Tensor:
-        """(Q,) sentence scores s(x, y) of each pair (same arguments as :meth:`forward`)."""
-        return self.forward(regions, geometry, region_mask, programs, pair_image, pair_caption).root_scores
+        """(Q,) sentence scores s(x, y) of each pair (same arguments as :meth:`forward`): :meth:`forward`'s
+        ``root_scores``, without laying out every node's embedding."""
+        if not self.fast_path:
+            return self.forward(regions, geometry, region_mask, programs, pair_image, pair_caption).root_scores
+        plan, table = self._execute(regions, geometry, region_mask, programs, pair_image, pair_caption)  # (W, D)
+        cap = pair_caption.to(device=programs.root.device, dtype=torch.long)
+        root = programs.root[cap]                                               # (Q,) local node index
+        root_work = plan.pair_node_work[torch.arange(len(root), device=root.device), root]  # (Q,)
+        return self.scorer(table[root_work.to(table.device)])                   # (Q,)
+
+    @torch.no_grad()
+    def score_all(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                  programs: Sequence[ConceptProgram], tokenizer: TemplateTokenizer, *, max_pairs: int = 4096,
+                  on_chunk: Callable[[], None] | None = None) -> torch.Tensor:
+        """(C, I) score of every caption on every image (what :func:`composer.retrieval.score_matrix` asks
+        a model that has a faster way than pair-by-pair chunks).
+
+        Why faster: the captions are collated once and taken together (up to ``max_pairs``) against a few
+        images at a time, so a sub-tree that many captions share ("a red cube") is composed once per image
+        rather than once per caption chunk, and each image's regions are embedded once (only the chunk's
+        images enter a call). Each call holds at most ``max_pairs`` pairs, as the pair-by-pair loop does.
+        ``on_chunk`` is called after each chunk (a progress bar).
+        """
+        n_img, n_cap = regions.shape[0], len(programs)
+        device = regions.device
+        out = torch.empty(n_cap, n_img, device=device)
+        caps_per_chunk = max(1, min(n_cap, max_pairs))
+        images_per_chunk = max(1, max_pairs // caps_per_chunk)
+        for c0 in range(0, n_cap, caps_per_chunk):
+            batch = ProgramBatch.collate(programs[c0:c0 + caps_per_chunk], tokenizer)
+            caps = torch.arange(batch.num_captions, device=device)
+            for i0 in range(0, n_img, images_per_chunk):
+                i1 = min(n_img, i0 + images_per_chunk)
+                imgs = torch.arange(i1 - i0, device=device)
+                pair_caption = caps.repeat_interleave(len(imgs))               # (c * i,)
+                pair_image = imgs.repeat(len(caps))                            # (c * i,) local to the chunk
+                s = self.score_pairs(regions[i0:i1], geometry[i0:i1], region_mask[i0:i1], batch, pair_image,
+                                     pair_caption)
+                out[c0:c0 + len(caps), i0:i1] = s.view(len(caps), len(imgs))
+                if on_chunk is not None:
+                    on_chunk()
+        return out
+
+    def _execute(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                 programs: ProgramBatch, pair_image: torch.Tensor,
+                 pair_caption: torch.Tensor) -> tuple[ExecutionPlan, torch.Tensor]:
+        """Check the inputs, plan the work items and run them: the plan and the (W, D) embeddings."""
+        check_visual_inputs(regions, geometry, region_mask)
+        if pair_image.numel() == 0:
+            raise ValueError("no (image, caption) pairs to score: pair_image is empty")
+        plan = plan_execution(programs, pair_image, pair_caption, num_images=regions.shape[0])
+        return plan, self._run(plan, programs, regions, geometry, region_mask)
 
     def _run(self, plan: ExecutionPlan, programs: ProgramBatch, regions: torch.Tensor, geometry: torch.Tensor,
              region_mask: torch.Tensor) -> torch.Tensor:
@@ -181,24 +231,33 @@ class Composer(PretrainedModel, nn.Module):
 
         # level 0: every (image, primitive) item in one primitive-encoder call
         prim = plan.level(0)
-        if prim.start == prim.stop:  # only 0-ary sentences ("it is raining")
+        has_primitives = prim.start != prim.stop   # False: only 0-ary concepts ("it is raining") below level 1
+        composed = slice(plan.level_ptr[1], plan.level_ptr[-1]) if plan.num_levels > 1 else None
+        words = self._word_inputs(plan, programs, prim, device) if has_primitives else None
+        if composed is not None:  # the PT's input: each distinct template of the composed items, once
+            preds, inv_preds = torch.unique(sub_predicate[work_subtree[composed]], return_inverse=True)  # (P',), (Wc,)
+            tmask = programs.template_tokens.mask.to(device)[preds]                   # (P', T)
+            T = int(tmask.sum(1).max())
+            tmask = tmask[:, :T]
+            tids = programs.template_tokens.ids.to(device)[preds][:, :T]              # (P', T)
+        word_emb = template_emb = None
+        if self.fast_path and words is not None and composed is not None:
+            word_emb, template_emb = self._embed_together(words.ids, tids)
+        if words is None:
             outputs.append(regions.new_zeros((0, self.config.text.hidden_size)))
         else:
-            outputs.append(self._primitives(plan, programs, prim, regions, geometry, region_mask))
-        if plan.num_levels <= 1:
+            outputs.append(self._primitives(plan, prim, words, regions, geometry, region_mask, word_emb))
+        if composed is None:
             return outputs[0]
 
         # the PT: each distinct template of the composed items, once
-        composed = slice(plan.level_ptr[1], plan.level_ptr[-1])
-        preds, inv_preds = torch.unique(sub_predicate[work_subtree[composed]], return_inverse=True)  # (P',), (Wc,)
-        tmask = programs.template_tokens.mask.to(device)[preds]                       # (P', T)
-        T = int(tmask.sum(1).max())
-        tmask = tmask[:, :T]
-        tids = programs.template_tokens.ids.to(device)[preds][:, :T]                  # (P', T)
         slots = programs.template_tokens.placeholder_slot.to(device)[preds][:, :T]    # (P', T)
         ph_pos = programs.template_tokens.placeholder_positions.to(device)[preds]     # (P', A)
-        pt_states = self.predicate_transformer(tids, tmask)                    # (P', T, D)
-        ct_visual = self.composition_transformer.encode_visual(regions, geometry, region_mask)  # (I, R, Dv) | None
+        pt_states = self.predicate_transformer(tids, tmask, embedded=template_emb)   # (P', T, D)
+        ct_visual = self.composition_transformer.encode_visual(regions, geometry, region_mask,
+                                                                 packed=self.fast_path)  # (I, R, Dv) | None
+        # the first CrossAtt's keys and values over each image, once for every level
+        ct_visual_kv = self.composition_transformer.visual_keys(ct_visual) if self.fast_path else None
         D = pt_states.shape[-1]
         if ph_pos.shape[1]:  # the modulator's placeholder-only work, once per predicate
             ph_terms = self.modulator.placeholder_terms(
@@ -217,28 +276,69 @@ class Composer(PretrainedModel, nn.Module):
             seq = pt_states[p, :t]                                              # (n, t, D)
             if ph_pos.shape[1]:
                 kids = work_children[items]                                     # (n, A)
-                child_emb = table[kids.clamp_min(0)]                            # (n, A, D)
+                if len(table):
+                    child_emb = table[kids.clamp_min(0)]                        # (n, A, D)
+                else:  # no primitive in the batch: level 1 holds 0-ary concepts only, their slots all padding
+                    child_emb = table.new_zeros((*kids.shape, table.shape[-1]))  # (n, A, D)
                 modulated = self.modulator.bind(tuple(x[p] for x in ph_terms), child_emb)  # (n, A, D)
                 slot = slots[p, :t]                                             # (n, t), -1 = not a placeholder
                 at_slot = modulated.gather(1, slot.clamp_min(0)[..., None].expand(-1, -1, D))  # (n, t, D)
                 seq = torch.where((slot >= 0)[..., None], at_slot, seq)        # (n, t, D)
-            outputs.append(self.composition_transformer(
-                seq, tmask[p, :t], ct_visual, region_mask, item_image=work_image[items]))  # (n, D)
+            if self.fast_path:  # real tokens only, [CLS] only in the last layer
+                outputs.append(self.composition_transformer(
+                    pack_tokens(seq, tmask[p, :t]), None, ct_visual, region_mask, item_image=work_image[items],
+                    visual_kv=ct_visual_kv))                                                       # (n, D)
+            else:
+                outputs.append(self.composition_transformer(
+                    seq, tmask[p, :t], ct_visual, region_mask, item_image=work_image[items]))  # (n, D)
         return torch.cat(outputs)                                               # (W, D)
 
-    def _primitives(self, plan: ExecutionPlan, programs: ProgramBatch, prim: slice, regions: torch.Tensor,
-                    geometry: torch.Tensor, region_mask: torch.Tensor) -> torch.Tensor:
-        """Embeddings of the level-0 work items ``prim``: (W0, D)."""
-        device = regions.device
+    def _word_inputs(self, plan: ExecutionPlan, programs: ProgramBatch, prim: slice,
+                     device: torch.device) -> _WordInputs:
+        """The distinct primitive words of the level-0 work items ``prim``, as sub-word ids."""
         sub = plan.work_subtree[prim].to(device)
         words, inv = torch.unique(programs.subtree_primitive.to(device)[sub], return_inverse=True)  # (U',), (W0,)
         word_mask = programs.word_tokens.mask.to(device)[words]                       # (U', S)
         S = int(word_mask.sum(1).max())
-        word_mask = word_mask[:, :S]
-        word_ids = programs.word_tokens.ids.to(device)[words][:, :S]                  # (U', S)
-        word_emb = self.predicate_transformer.embed(word_ids)                  # (U', S, D)
+        return _WordInputs(programs.word_tokens.ids.to(device)[words][:, :S], word_mask[:, :S], inv)
+
+    def _embed_together(self, word_ids: torch.Tensor, template_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(U', S) word and (P', T) template ids through the PT's embeddings in one lookup: (U', S, D) word
+        embeddings (as :meth:`PredicateTransformer.embed`) and (P', T, D_pt) template embeddings.
+
+        Why: each lookup's backward fills a dense gradient of the whole (vocabulary, D) table (30,522 rows
+        for a world batch's ~100 used ones); one lookup fills one. Rows and positions are what two lookups give.
+        """
+        (U, S), (P, T) = word_ids.shape, template_ids.shape
+        L = max(S, T)
+        ids = torch.cat([F.pad(word_ids, (0, L - S)), F.pad(template_ids, (0, L - T))])   # (U' + P', L)
+        pt = self.predicate_transformer
+        emb = pt.embeddings(ids)                                                          # (U' + P', L, D_pt)
+        words = emb[:U, :S]
+        if pt.embedding_projection is not None:
+            words = pt.embedding_projection(words)                                        # (U', S, D)
+        return words, emb[U:, :T]
+
+    def _primitives(self, plan: ExecutionPlan, prim: slice, words: _WordInputs, regions: torch.Tensor,
+                    geometry: torch.Tensor, region_mask: torch.Tensor,
+                    word_emb: torch.Tensor | None = None) -> torch.Tensor:
+        """Embeddings of the level-0 work items ``prim``: (W0, D); ``word_emb`` the words' sub-word
+        embeddings when already looked up (:meth:`_embed_together`)."""
+        device = regions.device
+        if word_emb is None:
+            word_emb = self.predicate_transformer.embed(words.ids)             # (U', S, D)
         if not self.primitive_encoder.cross_attention:
-            return self.primitive_encoder(word_emb, word_mask)[inv]            # (W0, D)
+            return self.primitive_encoder(word_emb, words.mask)[words.inverse]  # (W0, D)
         visual = self.primitive_encoder.embed_visual(regions, geometry)        # (I, R, D)
         img = plan.work_image[prim].to(device)
-        return self.primitive_encoder(word_emb[inv], word_mask[inv], visual, region_mask, item_image=img)  # (W0, D)
+        return self.primitive_encoder(word_emb[words.inverse], words.mask[words.inverse], visual, region_mask,
+                                      item_image=img)                          # (W0, D)
+
+
+@dataclass
+class _WordInputs:
+    """The distinct primitive words of a plan's level 0."""
+
+    ids: torch.Tensor      # (U', S) sub-word ids
+    mask: torch.Tensor     # (U', S) bool, True = real sub-word
+    inverse: torch.Tensor  # (W0,) each level-0 work item's word

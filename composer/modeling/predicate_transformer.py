@@ -154,12 +154,9 @@ class TemplateTokenizer:
 
     def _pad(self, rows: list[list[int]]) -> EncodedTokens:
         width = max((len(r) for r in rows), default=0)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, r in enumerate(rows):
-            ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[i, :len(r)] = True
-        return EncodedTokens(ids, mask)
+        ids = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+        mask = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows], dtype=torch.bool)
+        return EncodedTokens(ids.view(len(rows), width), mask.view(len(rows), width))
 
     def encode_templates(self, templates: Sequence[str]) -> EncodedTemplates:
         """``[CLS] template [SEP]`` for each template, placeholders as single ``[unusedK]`` tokens.
@@ -196,18 +193,19 @@ class TemplateTokenizer:
         tokens = self._pad(rows)
         arity = max((len(p) for p in positions), default=0)
         P, T = tokens.ids.shape
-        ph_pos = torch.zeros((P, arity), dtype=torch.long)
-        ph_mask = torch.zeros((P, arity), dtype=torch.bool)
-        ph_types = torch.full((P, arity), -1, dtype=torch.long)
-        slot = torch.full((P, T), -1, dtype=torch.long)
-        for i, (pos, kinds) in enumerate(zip(positions, types)):
-            n = len(pos)
-            if n:
-                ph_pos[i, :n] = torch.tensor(pos)
-                ph_mask[i, :n] = True
-                ph_types[i, :n] = torch.tensor(kinds)
-                slot[i, pos] = torch.arange(n)
-        return EncodedTemplates(tokens.ids, tokens.mask, ph_pos, ph_mask, ph_types, slot)
+        ph_pos = torch.tensor([pos + [0] * (arity - len(pos)) for pos in positions], dtype=torch.long)
+        ph_mask = torch.tensor([[True] * len(pos) + [False] * (arity - len(pos)) for pos in positions],
+                               dtype=torch.bool)
+        ph_types = torch.tensor([kinds + [-1] * (arity - len(kinds)) for kinds in types], dtype=torch.long)
+        slot_rows = []
+        for pos in positions:
+            row = [-1] * T
+            for j, at in enumerate(pos):
+                row[at] = j
+            slot_rows.append(row)
+        slot = torch.tensor(slot_rows, dtype=torch.long)
+        return EncodedTemplates(tokens.ids, tokens.mask, ph_pos.view(P, arity), ph_mask.view(P, arity),
+                                ph_types.view(P, arity), slot.view(P, T))
 
     def encode_words(self, words: Sequence[str]) -> EncodedTokens:
         """Sub-word ids of each primitive word, no special tokens: (U, S) ids and mask."""
@@ -298,19 +296,21 @@ class PredicateTransformer(nn.Module):
         x = self.embeddings(ids)                               # (B, T, D_pt)
         return x if self.embedding_projection is None else self.embedding_projection(x)
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, *, embedded: torch.Tensor | None = None) -> torch.Tensor:
         """Encode templates (or sentences).
 
         Args:
             ids: (P, T) token ids, ``[CLS] ... [SEP]`` then padding.
             mask: (P, T) bool, True = real token (padding is never attended to).
+            embedded: (P, T, D_pt) ``self.embeddings(ids)`` when the caller looked them up already (together
+                with other ids: one lookup, one dense gradient of the embedding table).
 
         Returns:
             (P, T, D) contextualised tokens; zeros at padded positions.
         """
         P, T = ids.shape
         where = mask.flatten().nonzero()[:, 0]                          # (N,) the real tokens' flat positions
-        x = self.embeddings(ids).flatten(0, 1).index_select(0, where)  # (N, D_pt)
+        x = (self.embeddings(ids) if embedded is None else embedded).flatten(0, 1).index_select(0, where)  # (N, D_pt)
         for layer in self.encoder.layer:  # token-wise work on the N real tokens only (TransformerLayer.forward_packed)
             x = layer.forward_packed(x, where, mask)                    # (N, D_pt)
         if self.output_projection is not None:
