@@ -17,7 +17,7 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # every sub-package (composer.modeling, features.world, ...); experiments/, tests/ and benchmarks/ stay out
+    # every sub-package (composer.models.composer, features.world, ...); experiments/, tests/ and benchmarks/ stay out
     packages=find_packages(include=["crg", "crg.*", "composer", "composer.*", "features", "features.*"]),
     package_data={"crg": ["data/*.jsonl"]},
     entry_points={"console_scripts": [

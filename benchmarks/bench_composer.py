@@ -6,7 +6,7 @@
 
 1. Training step: forward + loss + backward + optimiser step, each model through its own module's
    ``training_step`` (so with the loss it trains with), run without a Trainer (logging switched off).
-   COMPOSER (:class:`composer.training.composer_module.ComposerModule`: l_MATCH + l_MVSA + l_ORDER over the
+   COMPOSER (:class:`composer.models.composer.module.ComposerModule`: l_MATCH + l_MVSA + l_ORDER over the
    B x (1 + K) pairs), the flat cross-modal transformer at the same config (``FlatModule``, l_MATCH over
    the same pairs), VSE (``VSEModule``, in-batch hinge), CLIP and codebook-CLIP (``ClipModule``,
    in-batch InfoNCE). Every model gets the same batches: ``--warmup`` untimed steps, then ``--steps``
@@ -17,7 +17,7 @@
    are moved to the device before timing, as Lightning does before ``training_step``.
    Target: COMPOSER / flat <= 1.3 (Table 6's FLOPs ratio, COMPOSER 38.4G vs ViLBERT 24.4G, is 1.57).
    For COMPOSER, the work the recursion does per pair: CT work items (distinct (image, composed
-   sub-tree) pairs, :func:`composer.program.plan_execution`, as ``ComposerOutput.num_work_items`` less
+   sub-tree) pairs, :func:`composer.models.composer.program.plan_execution`, as ``ComposerOutput.num_work_items`` less
    the primitives), against one CT call per pair for the flat model.
 2. Evaluation: ``--eval-images`` test images x all their captions (5 each), every caption against every
    image. COMPOSER and flat: full cross-scoring with :func:`composer.retrieval.score_matrix` (chunks of
@@ -118,26 +118,26 @@ def text_overrides(preset: str) -> dict:
 def build_module(name: str, preset: str, region_dim: int):
     """The LightningModule that trains ``name``, at ``preset`` sizes, reading ``region_dim``-d regions
     (configs from the library's model registry, text weights random: timing does not depend on them)."""
-    from composer.factory import CLIP_FAMILY, model_config
-    from composer.training.composer_module import OptimConfig
+    from composer.models.registry import CLIP_FAMILY, model_config
+    from composer.models.common.retrieval_module import OptimConfig
 
     if name in CLIP_FAMILY:
-        from composer.baselines.iterated_learning import il_config
-        from composer.training.clip_module import ClipModule
+        from composer.models.clip.iterated_learning import il_config
+        from composer.models.clip.module import ClipModule
 
         clip_preset = CLIP_PRESET[preset]
         return ClipModule(name, model_config(name, clip_preset, region_dim=region_dim),
                           il_config("small" if clip_preset == "small" else "paper"), OptimConfig())
     cfg = model_config(name, preset, text_overrides(preset), region_dim=region_dim)
     if name == "composer":
-        from composer.training.composer_module import ComposerModule
+        from composer.models.composer.module import ComposerModule
 
         return ComposerModule(cfg, OptimConfig(), load_pretrained=False)  # l_MATCH + l_MVSA + l_ORDER
     if name == "flat":
-        from composer.training.baseline_modules import FlatModule
+        from composer.models.flat.module import FlatModule
 
         return FlatModule(cfg, OptimConfig(use_mvsa=False, use_order=False), load_pretrained=False)  # l_MATCH
-    from composer.training.baseline_modules import VSEModule
+    from composer.models.vse.module import VSEModule
 
     return VSEModule(cfg, OptimConfig(), load_pretrained=False)
 
@@ -227,7 +227,7 @@ class EvalSet:
 def load_eval_set(dm, num_images: int, device: str) -> EvalSet:
     import torch
 
-    from composer.program import ConceptProgram
+    from composer.models.composer.program import ConceptProgram
 
     ev = dm.eval_set("test", num_images)
     graph = dm.graphs["test"]
@@ -288,7 +288,7 @@ def time_eval(name: str, module, ev: EvalSet, device: str, max_pairs: int, targe
 def composer_work(batches: list) -> dict:
     """What the recursion costs per pair on the timed batches (:func:`plan_execution`, which
     ``Composer.forward`` runs): CT work items, primitive-encoder items, composed nodes before sharing."""
-    from composer.program import plan_execution
+    from composer.models.composer.program import plan_execution
 
     pairs = ct_items = prim_items = composed_nodes = levels = 0
     for b in batches:
@@ -371,7 +371,7 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=["small", "offline", "paper"], default="small",
-                    help="model sizes (composer.config presets; CLIP: small, else paper)")
+                    help="model sizes (composer.models.composer.config presets; CLIP: small, else paper)")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
     ap.add_argument("--batch-size", type=int, default=32, help="positive pairs per training batch")
     ap.add_argument("--steps", type=int, default=20, help="timed training steps (the median is reported)")
@@ -419,8 +419,8 @@ def main(argv=None) -> int:
     dm.setup()
     region_dim = dm.store.feature_dim
     # COMPOSER's tokenizer builds the programs; the other models tokenise the sentences themselves
-    from composer.config import composer_config
-    from composer.modeling.predicate_transformer import TemplateTokenizer
+    from composer.models.composer.config import composer_config
+    from composer.models.composer.predicate_transformer import TemplateTokenizer
 
     dm.tokenizer = TemplateTokenizer.from_config(composer_config(args.preset, **text_overrides(args.preset)))
     loader = iter(dm.train_dataloader())

@@ -57,8 +57,8 @@ OP_LATENCY_S = 15e-6               # eager PyTorch per-operator overhead (Python
 
 
 def build(kind: str, cfg):
-    from composer.baselines.flat import FlatCrossTransformer
-    from composer.modeling.composer import Composer
+    from composer.models.flat.model import FlatCrossTransformer
+    from composer.models.composer.model import Composer
 
     torch.manual_seed(0)
     return (Composer if kind == "composer" else FlatCrossTransformer).from_config(cfg, load_pretrained=False)
@@ -88,9 +88,9 @@ def training_layout(positives: int):
 
 def training_loss(kind: str, model, cfg, programs, feats, geo, mask, pair_image, pair_caption):
     """ComposerModule's loss (match + MVSA + order) or FlatModule's (match), as in training."""
-    from composer.losses import OrderScores, composer_loss
-    from composer.negative_sampling import mvsa_scores
-    from composer.program import ProgramBatch
+    from composer.models.composer.losses import OrderScores, composer_loss
+    from composer.models.composer.negative_sampling import mvsa_scores
+    from composer.models.composer.program import ProgramBatch
 
     tok = model.make_tokenizer()
     b, k1 = pair_image.shape
@@ -176,7 +176,7 @@ def measure(kind: str, programs, args) -> dict:
                 kind, model, cfg, batch_programs, feats, geo, mask, pair_image, pair_caption))
 
     # evaluation: one image against eval_pairs captions (the test captions, cycled), fp32, no grad
-    from composer.program import ProgramBatch
+    from composer.models.composer.program import ProgramBatch
 
     model.eval()
     n = args.eval_pairs

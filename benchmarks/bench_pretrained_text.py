@@ -63,8 +63,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from composer.config import composer_config
-    from composer.modeling.predicate_transformer import TemplateTokenizer
+    from composer.models.composer.config import composer_config
+    from composer.models.composer.predicate_transformer import TemplateTokenizer
     from composer.training.data import CompositionDataModule, DataConfig
 
     print("machine: " + ", ".join(f"{k} {v}" for k, v in machine("cpu").items())
@@ -91,9 +91,11 @@ def main(argv=None) -> int:
         if k is None:
             module = build_module(name, preset, dm.store.feature_dim)
         else:
-            from composer.factory import model_config
-            from composer.training.baseline_modules import FlatModule, VSEModule
-            from composer.training.composer_module import ComposerModule, OptimConfig
+            from composer.models.registry import model_config
+            from composer.models.flat.module import FlatModule
+            from composer.models.vse.module import VSEModule
+            from composer.models.common.retrieval_module import OptimConfig
+            from composer.models.composer.module import ComposerModule
 
             words = {"train_word_embeddings": train_words}
             layers = {"text_layers": k, "text": words} if name == "vse" else {"pt_layers": k, "pt_text": words}

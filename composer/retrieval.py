@@ -118,14 +118,14 @@ def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_ma
     ``score_pairs`` (tested): pair-by-pair chunks would re-encode the images once per caption chunk.
 
     Args:
-        model: a :class:`composer.modeling.composer.Composer` (anything with its ``score_pairs`` signature).
+        model: a :class:`composer.models.composer.model.Composer` (anything with its ``score_pairs`` signature).
         regions, geometry, region_mask: (I, R, Dr), (I, R, 5), (I, R) of the candidate images.
         programs: the C query captions as ``ConceptProgram`` objects.
         tokenizer: the model's ``TemplateTokenizer``.
         caption_labels, image_labels: names of the rows and columns (caption texts, image ids) for the
             error a non-finite score raises.
     """
-    from composer.program import ProgramBatch
+    from composer.models.composer.program import ProgramBatch
 
     n_img, n_cap = regions.shape[0], len(programs)
     started = time.perf_counter()

@@ -11,13 +11,14 @@ import pytest
 import torch
 from kill_switch import KillAt, Killed
 
-from composer.baselines.vse import VSE, vse_config, vse_hinge_loss
+from composer.models.vse.model import VSE, vse_config, vse_hinge_loss
 from composer.cli import train_baseline
-from composer.config import composer_config
-from composer.factory import CLIP_FAMILY
-from composer.program import ConceptProgram
-from composer.training.baseline_modules import FlatModule, VSEModule, flat_mvsa_plan
-from composer.training.composer_module import OptimConfig
+from composer.models.composer.config import composer_config
+from composer.models.registry import CLIP_FAMILY
+from composer.models.composer.program import ConceptProgram
+from composer.models.flat.module import FlatModule, flat_mvsa_plan
+from composer.models.vse.module import VSEModule
+from composer.models.common.retrieval_module import OptimConfig
 from composer.training.data import CompositionDataModule, DataConfig
 from composer.training.recipes import NAMED
 
@@ -289,8 +290,8 @@ def test_vse_end_to_end_on_a_tiny_world(tiny_world, tmp_path):
 def test_every_model_size_preset_is_selectable_on_the_command_line():
     """--preset takes every preset COMPOSER, the flat model and VSE define (small-minilm was once missing)."""
     from composer import config as composer_cfg
-    from composer.baselines.vse import VSE_PRESETS
-    from composer.factory import PRESETS
+    from composer.models.vse.model import VSE_PRESETS
+    from composer.models.registry import PRESETS
 
     assert set(PRESETS) == set(composer_cfg.PRESETS) and set(VSE_PRESETS) <= set(PRESETS)
     args = train_baseline.build_argparser().parse_args(["--model", "flat", "--preset", "small-minilm", "--out", "x"])

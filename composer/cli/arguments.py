@@ -6,7 +6,7 @@ import argparse
 import json
 import logging
 
-from composer.factory import PRESETS
+from composer.models.registry import PRESETS
 from composer.training.fit import TrainerOptions
 from composer.training.recipes import RecipeOverrides
 from crg.parse import add_parser_arguments

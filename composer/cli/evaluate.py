@@ -32,7 +32,7 @@ from composer.evaluation.eval_sets import load_eval_data
 from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
 from composer.evaluation.rerank import shortlist_and_rerank
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
-from composer.program import ConceptProgram
+from composer.models.composer.program import ConceptProgram
 from composer.provenance import git_sha
 from composer.retrieval import score_matrix
 from crg.outputs import write_bytes_atomic, write_text_atomic
@@ -93,7 +93,7 @@ class ModelToEvaluate:
 
     Attributes:
         model: in eval mode; tokenizer: its tokenizer; config: its config dataclass; kind: its name in
-            :data:`composer.factory.MODELS` (or the saved ``model_type``); path: what was loaded.
+            :data:`composer.models.registry.MODELS` (or the saved ``model_type``); path: what was loaded.
         epoch, global_step: where training was (None when unknown).
         run_data: the run's ``DataConfig`` as a dict (from the run's results.json), else None.
     """
@@ -117,7 +117,7 @@ def _run_results(directory: Path) -> dict:
 
 def load_model(path: str | Path, *, map_location: str = "cpu") -> ModelToEvaluate:
     """Any model of the library: a saved directory (``save_pretrained``), a run directory, or a .ckpt."""
-    from composer.pretrained import CONFIG_NAME, load_pretrained
+    from composer.models.common.pretrained import CONFIG_NAME, load_pretrained
     from composer.training.checkpoint import load_checkpoint
 
     path = Path(path)

@@ -21,7 +21,7 @@ import sys
 
 from composer.cli.arguments import (add_data_arguments, add_training_arguments, configure_logging, recipe_overrides,
                                     train_and_print)
-from composer.factory import CLIP_FAMILY
+from composer.models.registry import CLIP_FAMILY
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 
 __all__ = ["BASELINES", "build_argparser", "main", "recipe_from_args"]
@@ -52,7 +52,7 @@ def build_argparser() -> argparse.ArgumentParser:
     g.add_argument("--mvsa-concepts", type=int, help="phrases per positive caption for MVSA (default 2)")
     g = ap.add_argument_group("CLIP, codebook-CLIP, IL-CLIP")
     g.add_argument("--il-preset", choices=["paper", "small"],
-                   help="optimiser and step schedule (composer.baselines.iterated_learning.il_config); default: "
+                   help="optimiser and step schedule (composer.models.clip.iterated_learning.il_config); default: "
                         "'small' for the small/tiny model presets, else 'paper'")
     add_training_arguments(ap.add_argument_group("training"),
                            max_steps_help="stop after this many steps (smoke tests); the CLIP family defaults to "

@@ -18,7 +18,7 @@ import sys
 
 from composer.cli.arguments import (add_data_arguments, add_training_arguments, configure_logging, recipe_overrides,
                                     train_and_print)
-from composer.config import MODULATORS
+from composer.models.composer.config import MODULATORS
 from composer.training.recipes import named_recipe
 
 __all__ = ["build_argparser", "main"]

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from composer.factory import CLIP_FAMILY, MODELS  # the study's model names are the registry's
+from composer.models.registry import CLIP_FAMILY, MODELS  # the study's model names are the registry's
 
 __all__ = [
     "CLIP_FAMILY",
@@ -75,7 +75,7 @@ class StudyRun:
         label: how tables name it.
         overrides: :class:`composer.training.recipes.RecipeOverrides` fields of the ablation
             (``{"model": {"modulator": "replace"}}``, ``{"use_mvsa": False}``).
-        il: :class:`composer.baselines.iterated_learning.ILConfig` overrides (the CLIP family's ablations).
+        il: :class:`composer.models.clip.iterated_learning.ILConfig` overrides (the CLIP family's ablations).
         il_cycle_scale: IL-CLIP Table 4's generation cycle: distillation and interaction steps scaled by
             this, the number of generations by its inverse (same total steps).
         prune: probability of removing each parse branch when the CRGs are built (COMPOSER Table 7),
@@ -231,7 +231,7 @@ class StudyProfile:
         presets: model -> model-size preset (``--preset``); a model missing = the named configuration's.
         schedules: ``composer`` (also the flat model: the two cross-attention models compare like for
             like), ``vse``; the CLIP family trains on ``il``'s step schedule.
-        il: :class:`composer.baselines.iterated_learning.ILConfig` fields of the CLIP family (``il_config("small")``
+        il: :class:`composer.models.clip.iterated_learning.ILConfig` fields of the CLIP family (``il_config("small")``
             plus these); ``clip`` and ``codebook_clip`` use its total steps with one warm-up.
         clip_batch_size: the CLIP family's batch; None = the named configuration's (64).
         eval_images: in-domain test candidates (first images of the test split; all their captions).

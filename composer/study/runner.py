@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from composer.config import plain_config
-from composer.factory import CLIP_FAMILY
+from composer.models.composer.config import plain_config
+from composer.models.registry import CLIP_FAMILY
 from composer.provenance import git_sha, hardware_description
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
 from composer.training.fit import TrainerOptions, add_twin_scores, deterministic_algorithms, training_precision

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from composer.factory import CLIP_FAMILY
+from composer.models.registry import CLIP_FAMILY
 
 __all__ = ["GRID_SIZE", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides", "init_is_searched",
            "named_lr", "render_search_table", "search_grid"]
@@ -87,7 +87,7 @@ def init_is_searched(model: str, preset: str | None = None) -> bool:
     if model in CLIP_FAMILY:
         return False
     if model == "vse" and preset is not None:
-        from composer.factory import model_config
+        from composer.models.registry import model_config
 
         return model_config(model, preset).text_model is None
     return True

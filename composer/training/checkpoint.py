@@ -1,5 +1,5 @@
 """Load a trained model from a Lightning checkpoint, safely (``weights_only=True``), and export it as a
-pretrained directory (:mod:`composer.pretrained`).
+pretrained directory (:mod:`composer.models.common.pretrained`).
 
 The training programs save the LightningModule's ``state_dict`` (the model's weights under ``model.``)
 and ``hyper_parameters`` (``model``: the config dataclass as plain values; a CLIP-family module also
@@ -11,7 +11,7 @@ run's data settings, when its ``results.json`` sits beside the checkpoint direct
 number of regions it was trained with, for instance).
 
 :func:`load_composer` is the COMPOSER-only form the evaluation programs use; :func:`export_pretrained`
-turns a checkpoint into a directory that :func:`composer.pretrained.load_pretrained` reads without
+turns a checkpoint into a directory that :func:`composer.models.common.pretrained.load_pretrained` reads without
 Lightning, pickle or the original text model.
 """
 
@@ -26,10 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from composer.config import ComposerConfig
-from composer.factory import CLIP_FAMILY
-from composer.modeling.composer import Composer
-from composer.pretrained import config_from_dict, load_state_checked, model_class
+from composer.models.composer.config import ComposerConfig
+from composer.models.registry import CLIP_FAMILY
+from composer.models.composer.model import Composer
+from composer.models.common.pretrained import config_from_dict, load_state_checked, model_class
 
 __all__ = ["LoadedCheckpoint", "LoadedComposer", "export_pretrained", "load_checkpoint", "load_composer"]
 
@@ -46,8 +46,8 @@ class LoadedCheckpoint:
     Attributes:
         model: the model (:class:`Composer`, ``VSE``, ``FlatCrossTransformer`` or ``ClipModel``).
         config: its configuration dataclass.
-        model_type: ``"composer"``, ``"vse"``, ``"flat"`` or ``"clip"`` (:data:`composer.pretrained.MODEL_TYPES`).
-        kind: the model's name in :data:`composer.factory.MODELS` (the CLIP family's ``kind``; else ``model_type``).
+        model_type: ``"composer"``, ``"vse"``, ``"flat"`` or ``"clip"`` (:data:`composer.models.common.pretrained.MODEL_TYPES`).
+        kind: the model's name in :data:`composer.models.registry.MODELS` (the CLIP family's ``kind``; else ``model_type``).
         path: the checkpoint file.
         epoch, global_step: where training was when it was saved (None if not recorded).
         run_data: the run's ``DataConfig`` as a dict, from ``results.json`` next to ``checkpoints/``

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from composer.factory import CLIP_FAMILY, check_model, model_config
-from composer.training.composer_module import OptimConfig
+from composer.models.registry import CLIP_FAMILY, check_model, model_config
+from composer.models.common.retrieval_module import OptimConfig
 from composer.training.data import DataConfig
 
 __all__ = ["NAMED", "RecipeOverrides", "TrainingRecipe", "build_module", "named_recipe"]
@@ -122,11 +122,11 @@ class TrainingRecipe:
     """One training run's settings, before the data are read.
 
     Attributes:
-        model: a name of :data:`composer.factory.MODELS`; dataset: ``world``, ``f30k``, ``coco`` or a file.
-        preset, model_overrides: the model config (:func:`composer.factory.model_config`) less the
+        model: a name of :data:`composer.models.registry.MODELS`; dataset: ``world``, ``f30k``, ``coco`` or a file.
+        preset, model_overrides: the model config (:func:`composer.models.registry.model_config`) less the
             region size, which the feature store fixes.
         optim, data: the optimisation and data configs.
-        il: the CLIP family's :class:`composer.baselines.iterated_learning.ILConfig`, else None.
+        il: the CLIP family's :class:`composer.models.clip.iterated_learning.ILConfig`, else None.
         mvsa_concepts: the flat model's MVSA phrases per caption, else None.
         val_every: epochs between validations.
     """
@@ -163,7 +163,7 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
     model_overrides = dict(o.model)
     il = None
     if model in CLIP_FAMILY:
-        from composer.baselines.iterated_learning import il_config
+        from composer.models.clip.iterated_learning import il_config
 
         if o.text_model or o.epochs is not None:
             raise ValueError("the CLIP family trains from scratch on a step schedule: text_model and epochs do "
@@ -208,17 +208,17 @@ def build_module(recipe: TrainingRecipe, model_cfg):
     """The LightningModule that trains ``recipe.model`` with config ``model_cfg``."""
     seed = recipe.data.seed
     if recipe.model == "composer":
-        from composer.training.composer_module import ComposerModule
+        from composer.models.composer.module import ComposerModule
 
         return ComposerModule(model_cfg, recipe.optim, seed=seed)
     if recipe.model == "vse":
-        from composer.training.baseline_modules import VSEModule
+        from composer.models.vse.module import VSEModule
 
         return VSEModule(model_cfg, recipe.optim, seed=seed)
     if recipe.model == "flat":
-        from composer.training.baseline_modules import FlatModule
+        from composer.models.flat.module import FlatModule
 
         return FlatModule(model_cfg, recipe.optim, seed=seed, mvsa_concepts=recipe.mvsa_concepts)
-    from composer.training.clip_module import ClipModule
+    from composer.models.clip.module import ClipModule
 
     return ClipModule(recipe.model, model_cfg, recipe.il, recipe.optim, seed=seed)

@@ -21,7 +21,7 @@ __all__ = ["CLIP_FAMILY", "MODELS", "PRESETS", "build_model", "check_model", "mo
 
 CLIP_FAMILY = ("clip", "codebook_clip", "il_clip")
 MODELS = ("composer", "vse", "flat", *CLIP_FAMILY)
-PRESETS = ("paper", "offline", "small", "small-minilm", "tiny")  # composer.config.PRESETS; the CLIP family: paper, small, tiny
+PRESETS = ("paper", "offline", "small", "small-minilm", "tiny")  # composer.models.composer.config.PRESETS; the CLIP family: paper, small, tiny
 
 
 def check_model(model: str) -> str:
@@ -37,13 +37,13 @@ def model_config(model: str, preset: str, overrides: dict[str, Any] | None = Non
     sub-configs; unknown fields are a ValueError naming the field).
 
     ``region_dim`` (the feature store's region size) fixes the visual input. COMPOSER and the flat model
-    share :class:`composer.config.ComposerConfig`; VSE has its own; the CLIP family's agents start from
+    share :class:`composer.models.composer.config.ComposerConfig`; VSE has its own; the CLIP family's agents start from
     random weights, so their configs take no text overrides.
     """
     check_model(model)
     overrides = dict(overrides or {})
     if model in CLIP_FAMILY:
-        from composer.baselines.clip import clip_config
+        from composer.models.clip.model import clip_config
 
         if region_dim is not None:
             overrides["region_dim"] = region_dim
@@ -51,10 +51,10 @@ def model_config(model: str, preset: str, overrides: dict[str, Any] | None = Non
     if region_dim is not None:
         overrides["visual"] = {**overrides.get("visual", {}), "region_dim": region_dim}
     if model == "vse":
-        from composer.baselines.vse import vse_config
+        from composer.models.vse.model import vse_config
 
         return vse_config(preset, **overrides)
-    from composer.config import composer_config
+    from composer.models.composer.config import composer_config
 
     return composer_config(preset, **overrides)
 
@@ -66,17 +66,17 @@ def build_model(model: str, cfg, *, load_pretrained: bool = True, seed: int = 0)
     build it with ``model="clip"``."""
     check_model(model)
     if model == "composer":
-        from composer.modeling.composer import Composer
+        from composer.models.composer.model import Composer
 
         return Composer.from_config(cfg, load_pretrained=load_pretrained)
     if model == "flat":
-        from composer.baselines.flat import FlatCrossTransformer
+        from composer.models.flat.model import FlatCrossTransformer
 
         return FlatCrossTransformer.from_config(cfg, load_pretrained=load_pretrained)
     if model == "vse":
-        from composer.baselines.vse import VSE
+        from composer.models.vse.model import VSE
 
         return VSE.from_config(cfg, load_pretrained=load_pretrained)
-    from composer.baselines.clip import ClipModel
+    from composer.models.clip.model import ClipModel
 
     return ClipModel(cfg, use_codebook=model != "clip", seed=seed, kind=model)

@@ -26,12 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer.config import TextConfig, VisualConfig, composer_config
-from composer.config import _apply as apply_overrides  # the same nested-dict override rules as COMPOSER's
-from composer.modeling.composer import check_visual_inputs
-from composer.modeling.predicate_transformer import PredicateTransformer, TemplateTokenizer
-from composer.pretrained import PretrainedModel
-from composer.program import ProgramBatch
+from composer.models.composer.config import TextConfig, VisualConfig, composer_config
+from composer.models.composer.config import _apply as apply_overrides  # the same nested-dict override rules as COMPOSER's
+from composer.models.composer.model import check_visual_inputs
+from composer.models.composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
+from composer.models.common.pretrained import PretrainedModel
+from composer.models.composer.program import ProgramBatch
 
 __all__ = [
     "HINGE_NEGATIVES",
@@ -195,7 +195,7 @@ class RegionMLP(nn.Module):
 class VSE(PretrainedModel, nn.Module):
     """Two towers meeting in a cosine similarity; see the module docstring.
 
-    ``save_pretrained(directory)`` / ``VSE.from_pretrained(directory)``: :mod:`composer.pretrained`.
+    ``save_pretrained(directory)`` / ``VSE.from_pretrained(directory)``: :mod:`composer.models.common.pretrained`.
     """
 
     model_type = "vse"

@@ -209,7 +209,7 @@ def il_config(preset: str = "small", **overrides: Any) -> ILConfig:
 
 # ---------------------------------------------------------------------- spawn
 def spawn(model: nn.Module, which: str, generator: torch.Generator) -> nn.Module:
-    """Re-initialise one agent of a :class:`composer.baselines.clip.ClipModel` in place; return the old
+    """Re-initialise one agent of a :class:`composer.models.clip.model.ClipModel` in place; return the old
     agent as a frozen, eval-mode teacher for the distillation phase.
 
     The codebook, the temperature and the other agent are left as they are.

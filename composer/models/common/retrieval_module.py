@@ -21,15 +21,11 @@ import lightning as L
 import numpy as np
 import torch
 
-from composer.config import ComposerConfig, plain_config
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet
-from composer.losses import MVSAScores, OrderScores, composer_loss
-from composer.modeling.composer import Composer
-from composer.negative_sampling import mvsa_scores
 from composer.retrieval import score_matrix
-from composer.training.data import CompositionDataModule, TrainBatch
+from composer.training.data import CompositionDataModule
 
-__all__ = ["OptimConfig", "ComposerModule", "RetrievalModule"]
+__all__ = ["OptimConfig", "RetrievalModule", "fused_optimizer_supported"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +71,7 @@ class RetrievalModule(L.LightningModule):
     """What every model trained here shares: the learning-rate schedule, random states saved in
     checkpoints (exact resume), and text-to-image retrieval at validation and test.
 
-    Subclasses set ``self.model`` (anything with :meth:`composer.modeling.composer.Composer.score_pairs`'s
+    Subclasses set ``self.model`` (anything with :meth:`composer.models.composer.model.Composer.score_pairs`'s
     signature) and ``self.tokenizer``, and implement ``training_step``; they call
     :meth:`mark_trained` in it so that a checkpoint knows which batches were trained on. A model with a
     faster way to score a whole set overrides :meth:`retrieval_scores`.
@@ -201,47 +197,3 @@ class RetrievalModule(L.LightningModule):
         finally:
             self.model.train(was_training)
         return res.scores, res.seconds
-
-
-class ComposerModule(RetrievalModule):
-    """Trains a :class:`Composer`; ``datamodule`` provides batches and the retrieval sets."""
-
-    def __init__(self, model_cfg: ComposerConfig, optim: OptimConfig, *, eval_max_pairs: int = 4096,
-                 load_pretrained: bool = True, seed: int = 0):
-        super().__init__(optim, eval_max_pairs=eval_max_pairs, seed=seed)
-        self.model_cfg = model_cfg
-        self.model = Composer.from_config(model_cfg, load_pretrained=load_pretrained)
-        self.tokenizer = self.model.make_tokenizer()
-        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim),
-                                   "seed": seed})
-
-    # ------------------------------------------------------------------ training
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
-        b, k1 = batch.pair_image.shape
-        out = self.model(batch.regions, batch.geometry, batch.region_mask, batch.programs,
-                         batch.pair_image.reshape(-1), batch.pair_caption.reshape(-1))
-        match_scores = out.root_scores.view(b, k1)                       # (B, 1 + K), positive first
-        mvsa = self._mvsa(out, b, k1, batch.num_caption_negatives) if self.optim.use_mvsa else None
-        order = None
-        if self.optim.use_order:
-            edges = out.edge_scores()
-            e = edges.parent.shape[1]
-            order = OrderScores(edges.parent.view(b, k1, e)[:, 0], edges.child.view(b, k1, e)[:, 0],
-                                edges.mask.view(b, k1, e)[:, 0])
-        loss = composer_loss(match_scores, mvsa, order, self.model_cfg.loss)
-        self.mark_trained(batch_idx)
-        if not torch.isfinite(loss.total):
-            raise FloatingPointError(f"non-finite loss at step {self.global_step}: match {loss.match.item()}, "
-                                     f"mvsa {loss.mvsa.item()}, order {loss.order.item()}")
-        acc = (match_scores.argmax(1) == 0).float().mean()
-        self.log_dict({"train/loss": loss.total, "train/match": loss.match, "train/mvsa": loss.mvsa,
-                       "train/order": loss.order, "train/match_acc": acc}, prog_bar=True, batch_size=b)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=b)
-        return loss.total
-
-    def _mvsa(self, out, b: int, k1: int, kc: int) -> MVSAScores:
-        """MVSA tensors (:func:`composer.negative_sampling.mvsa_scores`), drawn from a generator seeded by
-        (seed, global step): a resumed run draws what the uninterrupted one did."""
-        n = out.node_scores.shape[1]
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.global_step))
-        return mvsa_scores(out.node_scores.view(b, k1, n), out.concept_mask().view(b, k1, n), kc, gen)  # (B, 1 + K, N)

@@ -7,13 +7,13 @@ used: every other caption and image of the batch is a negative, as in CLIP):
 * ``clip`` -- the dual encoder, no codebook;
 * ``codebook_clip`` -- representations through the shared sparse codebook (§3.2);
 * ``il_clip`` -- codebook-CLIP with iterated learning (§3.3): the phase of each step is a pure
-  function of the global step (:meth:`composer.baselines.iterated_learning.ILConfig.phase_at`); at the first
+  function of the global step (:meth:`composer.models.clip.iterated_learning.ILConfig.phase_at`); at the first
   step of each generation the language agent is re-initialised (its AdamW moments cleared), the old
   one kept as a frozen teacher for the distillation phase, then dropped.
 
-Optimiser and schedule come from :class:`composer.baselines.iterated_learning.ILConfig` (Table 5: AdamW 5e-4,
+Optimiser and schedule come from :class:`composer.models.clip.iterated_learning.ILConfig` (Table 5: AdamW 5e-4,
 weight decay 0.1, betas (0.9, 0.98), cosine with a warm-up per generation) for all three kinds; of
-:class:`composer.training.composer_module.OptimConfig` only ``grad_clip`` (read by the Trainer) applies. Set the
+:class:`composer.models.common.retrieval_module.OptimConfig` only ``grad_clip`` (read by the Trainer) applies. Set the
 trainer's ``max_steps`` to ``il.total_steps``.
 
 Exact resume: the schedule and the phase follow ``global_step``; the spawned agent's weights come
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from composer.baselines.clip import ClipConfig, ClipModel, agent_generator
+from composer.models.clip.model import ClipConfig, ClipModel, agent_generator
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet
 from composer.training.data import TrainBatch
-from composer.baselines.iterated_learning import (
+from composer.models.clip.iterated_learning import (
     ILConfig,
     ILPhase,
     clip_contrastive_loss,
@@ -43,7 +43,7 @@ from composer.baselines.iterated_learning import (
     spawn,
     swap_two_words,
 )
-from composer.training.composer_module import OptimConfig, RetrievalModule, fused_optimizer_supported
+from composer.models.common.retrieval_module import OptimConfig, RetrievalModule, fused_optimizer_supported
 
 __all__ = ["KINDS", "ClipModule", "ProbeCurve", "StepLoss"]
 
@@ -85,7 +85,7 @@ class _Teacher:
 
 
 class ClipModule(RetrievalModule):
-    """Trains a :class:`composer.baselines.clip.ClipModel` as ``kind`` in :data:`KINDS`."""
+    """Trains a :class:`composer.models.clip.model.ClipModel` as ``kind`` in :data:`KINDS`."""
 
     def __init__(self, kind: str, model_cfg: ClipConfig, il: ILConfig, optim: OptimConfig, *,
                  eval_max_pairs: int = 4096, seed: int = 0):

@@ -12,7 +12,7 @@ A saved directory holds:
 
 =========================  =================================================================================
 ``config.json``            ``{"model_type": "composer" | "vse" | "flat" | "clip", ...}``, the other keys
-                           the model's config dataclass as plain JSON (:func:`composer.config.plain_config`);
+                           the model's config dataclass as plain JSON (:func:`composer.models.composer.config.plain_config`);
                            a CLIP model adds ``use_codebook`` and ``kind``
 ``model.safetensors``      every tensor of the model's ``state_dict``, by name (``safetensors`` format)
 ``tokenizer.json``,        the WordPiece tokenizer the model reads captions with (the HF tokenizer's own
@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import torch
 from torch import nn
 
-from composer.config import optional_subconfig, plain_config
+from composer.models.composer.config import optional_subconfig, plain_config
 
 __all__ = [
     "CONFIG_NAME",
@@ -63,23 +63,23 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # either one is a complete Wo
 # model_type -> (module, class): imported when needed, so that this module imports no model (each
 # model module imports this one for its base class)
 MODEL_TYPES: dict[str, tuple[str, str]] = {
-    "composer": ("composer.modeling.composer", "Composer"),
-    "vse": ("composer.baselines.vse", "VSE"),
-    "flat": ("composer.baselines.flat", "FlatCrossTransformer"),
-    "clip": ("composer.baselines.clip", "ClipModel"),
+    "composer": ("composer.models.composer.model", "Composer"),
+    "vse": ("composer.models.vse.model", "VSE"),
+    "flat": ("composer.models.flat.model", "FlatCrossTransformer"),
+    "clip": ("composer.models.clip.model", "ClipModel"),
 }
 
 C = TypeVar("C")
 
 
 def config_from_dict(cls: type[C], data: Mapping[str, Any], *, where: str | None = None) -> C:
-    """Rebuild a config dataclass from its plain dict (:func:`composer.config.plain_config`'s output):
+    """Rebuild a config dataclass from its plain dict (:func:`composer.models.composer.config.plain_config`'s output):
     nested sub-configs from nested dicts, lists back to tuples where a field is a tuple.
 
     An unknown key is a ValueError naming it and the fields; a missing key takes the field's default
     (a config written before the field existed), with a warning.
 
-    >>> from composer.config import ComposerConfig, composer_config
+    >>> from composer.models.composer.config import ComposerConfig, composer_config
     >>> cfg = composer_config("paper", modulator="mlp", composition={"cross_heads": 16})
     >>> config_from_dict(ComposerConfig, plain_config(cfg)) == cfg
     True
@@ -193,7 +193,7 @@ class LoadedModel:
 
     Attributes:
         model: the model, in eval mode, on the CPU (``loaded.model.to(device)``).
-        tokenizer: its :class:`composer.modeling.predicate_transformer.TemplateTokenizer`, read from the
+        tokenizer: its :class:`composer.models.composer.predicate_transformer.TemplateTokenizer`, read from the
             directory (``score_matrix``'s ``tokenizer``).
         config: its config dataclass, equal to the one saved.
         model_type: ``"composer"``, ``"vse"``, ``"flat"`` or ``"clip"``.
@@ -273,7 +273,7 @@ def _load(directory: Path, expected: type[PretrainedModel] | None) -> LoadedMode
         raise ValueError(f"{config_file}: {err}") from None
     if expected is not None and cls is not expected:
         raise ValueError(f"{directory} holds a {model_type!r} model ({cls.__name__}), not a {expected.__name__}; "
-                         f"load it with {cls.__name__}.from_pretrained or composer.pretrained.load_pretrained")
+                         f"load it with {cls.__name__}.from_pretrained or composer.models.common.pretrained.load_pretrained")
     extras = {k: meta.pop(k) for k in cls.extra_keys if k in meta}
     try:
         config = config_from_dict(cls.config_class, meta)

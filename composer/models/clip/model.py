@@ -1,7 +1,7 @@
 """A CLIP-style dual encoder over region features: the vision and language agents of IL-CLIP.
 
 Zheng et al. (2024) train CLIP (Radford et al., 2021) as a Lewis signalling game between two agents
-(§3.1), optionally through a shared codebook (§3.2, :mod:`composer.baselines.codebook`):
+(§3.1), optionally through a shared codebook (§3.2, :mod:`composer.models.clip.codebook`):
 
 * **vision agent** -- a pre-LayerNorm transformer over the image's visual tokens. The paper's agent
   is a ViT-B/32 over pixel patches; every model in this library reads detector regions instead, so
@@ -9,7 +9,7 @@ Zheng et al. (2024) train CLIP (Radford et al., 2021) as a Lewis signalling game
   summed), with a learnable ``[CLS]`` token in front. No position embedding: regions are a set and
   their geometry says where they are. The pooled output is ``[CLS]`` after the last LayerNorm.
 * **language agent** -- CLIP's text transformer over MiniLM-vocabulary WordPiece ids
-  (``[CLS] caption [SEP]``, from :class:`composer.modeling.predicate_transformer.TemplateTokenizer`, so
+  (``[CLS] caption [SEP]``, from :class:`composer.models.composer.predicate_transformer.TemplateTokenizer`, so
   that every model here shares one vocabulary), learned position embeddings, **causal**
   self-attention as in CLIP (the paper's language agent "is the same basic transformer
   architecture as the text encoder in CLIP"), pooled at the end-of-text token (``[SEP]``, CLIP's
@@ -37,11 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer.baselines.codebook import Codebook
-from composer.modeling.composer import check_visual_inputs
-from composer.modeling.predicate_transformer import TemplateTokenizer
-from composer.pretrained import PretrainedModel
-from composer.program import ProgramBatch
+from composer.models.clip.codebook import Codebook
+from composer.models.composer.model import check_visual_inputs
+from composer.models.composer.predicate_transformer import TemplateTokenizer
+from composer.models.common.pretrained import PretrainedModel
+from composer.models.composer.program import ProgramBatch
 
 __all__ = [
     "PRESETS",
@@ -164,7 +164,7 @@ def _normal_(param: torch.Tensor, std: float, generator: torch.Generator | None)
 class _Block(nn.Module):
     """CLIP's residual attention block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))`` (pre-LayerNorm).
 
-    Pre-LN (CLIP, ViT) rather than the post-LN BERT layer of :mod:`composer.modeling.attention`: the agents
+    Pre-LN (CLIP, ViT) rather than the post-LN BERT layer of :mod:`composer.models.composer.attention`: the agents
     are trained from scratch with a large learning rate, where pre-LN is the stable choice.
     """
 
@@ -320,13 +320,13 @@ class LanguageAgent(nn.Module):
 class ClipModel(PretrainedModel, nn.Module):
     """Vision agent, language agent, optional shared codebook, learnable temperature.
 
-    ``score_pairs`` has :meth:`composer.modeling.composer.Composer.score_pairs`'s signature (the evaluation's
+    ``score_pairs`` has :meth:`composer.models.composer.model.Composer.score_pairs`'s signature (the evaluation's
     interface); :meth:`encode_images` / :meth:`encode_texts` give unit embeddings for one matrix
     product over all pairs (what a dual encoder is for).
 
     ``kind`` records how it was trained (``"clip"``, ``"codebook_clip"``, ``"il_clip"``; None = not said):
     IL-CLIP's model is codebook-CLIP's (or CLIP's, without the codebook), so only the training tells
-    them apart. ``save_pretrained`` writes it and ``use_codebook`` beside the config (:mod:`composer.pretrained`).
+    them apart. ``save_pretrained`` writes it and ``use_codebook`` beside the config (:mod:`composer.models.common.pretrained`).
     """
 
     model_type = "clip"
@@ -334,7 +334,7 @@ class ClipModel(PretrainedModel, nn.Module):
     extra_keys = ("use_codebook", "kind")
 
     def __init__(self, cfg: ClipConfig, *, use_codebook: bool, seed: int = 0, kind: str | None = None):
-        from composer.factory import CLIP_FAMILY
+        from composer.models.registry import CLIP_FAMILY
 
         if kind is not None and (kind not in CLIP_FAMILY or (kind == "clip" and use_codebook)
                                  or (kind == "codebook_clip" and not use_codebook)):
