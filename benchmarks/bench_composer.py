@@ -59,7 +59,6 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## COMPOSER and baselines: step time and evaluation throughput"
 
 MODELS = ("composer", "flat", "vse", "clip", "codebook_clip")
-CROSS = ("composer", "flat")          # cross-encoders: every pair runs through the model
 LABEL = {"composer": "COMPOSER", "flat": "flat cross-transformer", "vse": "VSE", "clip": "CLIP",
          "codebook_clip": "codebook-CLIP"}
 CLIP_PRESET = {"small": "small", "offline": "paper", "paper": "paper"}  # CLIP has no MiniLM-sized preset
@@ -116,30 +115,24 @@ def text_overrides(preset: str) -> dict:
 
 
 def build_module(name: str, preset: str, region_dim: int):
-    """The LightningModule that trains ``name``, at ``preset`` sizes, reading ``region_dim``-d regions
-    (configs from the library's model registry, text weights random: timing does not depend on them)."""
-    from composer.models.registry import CLIP_FAMILY, model_config
-    from composer.models.common.retrieval_module import OptimConfig
+    """The LightningModule that trains ``name``, at ``preset`` sizes, reading ``region_dim``-d regions: the
+    world's named recipe of the library's model registry (COMPOSER with l_MATCH + l_MVSA + l_ORDER, the flat
+    model with l_MATCH), text weights random (timing does not depend on them)."""
+    from composer.models import registry
+    from composer.training.recipes import RecipeOverrides, build_module as module_of, named_recipe
 
-    if name in CLIP_FAMILY:
-        from composer.models.clip.iterated_learning import il_config
-        from composer.models.clip.module import ClipModule
+    if registry.get(name).step_schedule is not None:  # the CLIP family: random agents, its own presets
+        overrides = RecipeOverrides(preset=CLIP_PRESET[preset])
+    else:
+        overrides = RecipeOverrides(preset=preset, model=text_overrides(preset))
+    recipe = named_recipe(name, "world", overrides)
+    return module_of(recipe, recipe.model_config(region_dim), load_pretrained=False)
 
-        clip_preset = CLIP_PRESET[preset]
-        return ClipModule(name, model_config(name, clip_preset, region_dim=region_dim),
-                          il_config("small" if clip_preset == "small" else "paper"), OptimConfig())
-    cfg = model_config(name, preset, text_overrides(preset), region_dim=region_dim)
-    if name == "composer":
-        from composer.models.composer.module import ComposerModule
 
-        return ComposerModule(cfg, OptimConfig(), load_pretrained=False)  # l_MATCH + l_MVSA + l_ORDER
-    if name == "flat":
-        from composer.models.flat.module import FlatModule
-
-        return FlatModule(cfg, OptimConfig(use_mvsa=False, use_order=False), load_pretrained=False)  # l_MATCH
-    from composer.models.vse.module import VSEModule
-
-    return VSEModule(cfg, OptimConfig(), load_pretrained=False)
+def cross_encoder(model) -> bool:
+    """Whether every (image, caption) pair runs through ``model``: a dual encoder (VSE, the CLIP family) has
+    ``cross_scores``, each image and caption encoded once."""
+    return not hasattr(model, "cross_scores")
 
 
 def without_trainer(module, optimizer) -> None:
@@ -203,7 +196,8 @@ class TrainingStepper:
             self.peak_mib = max(self.peak_mib or 0.0, torch.cuda.max_memory_allocated() / 2**20)
 
     def timing(self) -> StepTiming:
-        pairs = [b.pair_image.numel() if self.name in CROSS else b.pair_image.shape[0] for b in self.batches]
+        cross = cross_encoder(self.module.model)
+        pairs = [b.pair_image.numel() if cross else b.pair_image.shape[0] for b in self.batches]
         return StepTiming(seconds=statistics.median(self.times), seconds_all=[round(t, 4) for t in self.times],
                           pairs_per_step=statistics.mean(pairs),
                           params_m=sum(p.numel() for p in self.module.parameters()) / 1e6, peak_mib=self.peak_mib)
@@ -237,18 +231,10 @@ def load_eval_set(dm, num_images: int, device: str) -> EvalSet:
                    torch.from_numpy(batch.mask).to(device), programs, [p.texts[p.root] for p in programs])
 
 
-def dual_scores(name: str, model, ev: EvalSet, captions: slice, chunk: int = 1024):
-    """(C, I) scores by the dual encoder's fast path: each image and caption encoded once, one product."""
-    import torch
-
-    sentences = ev.sentences[captions]
-    if name != "vse":  # the CLIP family's own evaluation path (ClipModule.evaluate_retrieval)
-        return model.cross_scores(ev.regions, ev.geometry, ev.mask, sentences, chunk=chunk).float().cpu()
-    img = torch.cat([model.encode_images(ev.regions[i:i + chunk], ev.geometry[i:i + chunk], ev.mask[i:i + chunk])
-                     for i in range(0, ev.num_images, chunk)])                        # (I, E)
-    txt = torch.cat([model.encode_sentences(sentences[c:c + chunk])
-                     for c in range(0, len(sentences), chunk)])                       # (C, E)
-    return (txt @ img.T).float().cpu()                                                # (C, I)
+def dual_scores(model, ev: EvalSet, captions: slice, chunk: int = 1024):
+    """(C, I) scores by the dual encoder's fast path (``cross_scores``: each image and caption encoded once,
+    one product), as its evaluation scores them."""
+    return model.cross_scores(ev.regions, ev.geometry, ev.mask, ev.sentences[captions], chunk=chunk).float().cpu()
 
 
 def time_eval(name: str, module, ev: EvalSet, device: str, max_pairs: int, target_pairs: int) -> EvalTiming:
@@ -262,27 +248,28 @@ def time_eval(name: str, module, ev: EvalSet, device: str, max_pairs: int, targe
     n_img, n_cap = ev.num_images, len(ev.programs)
     warm = slice(0, min(n_cap, 8))
     with torch.no_grad(), autocast(device):
-        if name in CROSS:
+        cross = cross_encoder(model)
+        if cross:
             score_matrix(model, ev.regions, ev.geometry, ev.mask, ev.programs[warm], module.tokenizer,
                          max_pairs=max_pairs)
             res = score_matrix(model, ev.regions, ev.geometry, ev.mask, ev.programs, module.tokenizer,
                                max_pairs=max_pairs)
             seconds = res.seconds
         else:
-            dual_scores(name, model, ev, warm)
+            dual_scores(model, ev, warm)
             synchronize(device)
             started = time.perf_counter()
-            dual_scores(name, model, ev, slice(0, n_cap))
+            dual_scores(model, ev, slice(0, n_cap))
             seconds = time.perf_counter() - started
     pairs = n_img * n_cap
     rate = pairs / max(seconds, 1e-9)
-    if name in CROSS:  # every pair runs through the model
+    if cross:  # every pair runs through the model
         target = target_pairs / rate
     else:  # encoding grows with images + captions: scale both, keeping the captions per image
         per_image = n_cap / n_img
         target_images = math.sqrt(target_pairs / per_image)
         target = seconds * (target_images * (1 + per_image)) / (n_img + n_cap)
-    return EvalTiming("cross-scoring" if name in CROSS else "dual encoder", pairs, seconds, rate, target)
+    return EvalTiming("cross-scoring" if cross else "dual encoder", pairs, seconds, rate, target)
 
 
 def composer_work(batches: list) -> dict:

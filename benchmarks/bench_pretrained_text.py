@@ -91,18 +91,18 @@ def main(argv=None) -> int:
         if k is None:
             module = build_module(name, preset, dm.store.feature_dim)
         else:
-            from composer.models.registry import model_config
-            from composer.models.flat.module import FlatModule
-            from composer.models.vse.module import VSEModule
-            from composer.models.common.retrieval_module import OptimConfig
-            from composer.models.composer.module import ComposerModule
+            from dataclasses import fields
+
+            from composer.models import registry
+            from composer.training.recipes import RecipeOverrides, build_module as module_of, named_recipe
 
             words = {"train_word_embeddings": train_words}
-            layers = {"text_layers": k, "text": words} if name == "vse" else {"pt_layers": k, "pt_text": words}
-            cfg = model_config(name, preset, layers, region_dim=dm.store.feature_dim)
-            cls = {"composer": ComposerModule, "flat": FlatModule, "vse": VSEModule}[name]
-            optim = OptimConfig() if name == "composer" else OptimConfig(use_mvsa=False, use_order=False)
-            module = cls(cfg, optim)  # the pretrained weights load: what a user trains
+            # VSE's text encoder is all of its text side (text_layers, text); the others' is the PT's
+            own = {f.name for f in fields(registry.get(name).make_config(preset))}
+            layers = {"text_layers": k, "text": words} if "text_layers" in own else {"pt_layers": k, "pt_text": words}
+            recipe = named_recipe(name, "world", RecipeOverrides(preset=preset, model=layers))
+            module = module_of(recipe, recipe.model_config(dm.store.feature_dim))  # the pretrained weights load:
+            # what a user trains
         clocks[key] = ForwardClock(text_encoder(module))
         params[key] = sum(p.numel() for p in module.parameters()) / 1e6
         steppers[key] = TrainingStepper(name, module, batches, "cpu")

@@ -38,12 +38,10 @@ def paper_config(pt: int, ct: int, selfatt: str):
 def count_parameters(cfg, model: str = "composer") -> int:
     import torch
 
-    from composer.models.flat.model import FlatCrossTransformer
-    from composer.models.composer.model import Composer
+    from composer.models import registry
 
-    cls = Composer if model == "composer" else FlatCrossTransformer
     with torch.device("meta"):
-        m = cls.from_config(cfg, load_pretrained=False)
+        m = registry.get(model).build_model(cfg, load_pretrained=False)
     return sum(p.numel() for p in m.parameters())
 
 
@@ -70,13 +68,12 @@ def pair_gflops(cfg, programs, regions: int, model: str = "composer") -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from composer.models.flat.model import FlatCrossTransformer
-    from composer.models.composer.model import Composer
+    from composer.models import registry
     from composer.models.composer.program import ProgramBatch
     from features.geometry import box_geometry
 
     torch.manual_seed(0)
-    m = (Composer if model == "composer" else FlatCrossTransformer).from_config(cfg, load_pretrained=False).eval()
+    m = registry.get(model).build_model(cfg, load_pretrained=False).eval()
     tok = m.make_tokenizer()
     feats = torch.randn(1, regions, cfg.visual.region_dim)                   # (1, R, Dr)
     x1y1 = torch.rand(regions, 2) * 300

@@ -8,9 +8,11 @@ import torch
 
 from composer.models.flat.model import FlatCrossTransformer
 from composer.models.vse.model import VSE, vse_config
-from composer.models.composer.config import ComposerConfig, composer_config, plain_config
+from composer.models.common.config import plain_config
+from composer.models.composer.config import ComposerConfig, composer_config
 from composer.models.composer.model import Composer
-from composer.models.common.pretrained import config_from_dict, load_pretrained
+from composer.models.common.pretrained import config_from_dict
+from composer.models.registry import load_pretrained
 
 
 def minilm_layer0_query_weight() -> torch.Tensor:

@@ -35,10 +35,11 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from composer.models.registry import CLIP_FAMILY, MODELS  # the study's model names are the registry's
+from composer.models import registry
+
+MODELS = registry.names()  # the study's model names are the registry's
 
 __all__ = [
-    "CLIP_FAMILY",
     "CPU_BUDGET_NOTE",
     "EVALS",
     "MODELS",
@@ -114,7 +115,7 @@ class StudyRun:
         unknown = sorted(set(self.overrides) - known)
         if unknown:
             raise ValueError(f"run {self.name!r}: {unknown} are not RecipeOverrides fields; fields: {sorted(known)}")
-        if (self.il or self.il_cycle_scale != 1.0) and self.model not in CLIP_FAMILY:
+        if (self.il or self.il_cycle_scale != 1.0) and registry.get(self.model).step_schedule is None:
             raise ValueError(f"run {self.name!r}: IL settings apply to the CLIP family only, not {self.model!r}")
 
 
@@ -325,8 +326,8 @@ class StudyProfile:
 
 
 def schedule_for(profile: StudyProfile, model: str) -> Schedule:
-    """The schedule of ``model``'s family (the flat model trains as COMPOSER does)."""
-    return profile.schedules["vse" if model == "vse" else "composer"]
+    """The schedule of ``model``'s group (``ModelSpec.schedule_group``: the flat model trains as COMPOSER does)."""
+    return profile.schedules[registry.get(model).schedule_group]
 
 
 def il_overrides(profile: StudyProfile, run: StudyRun) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from composer.models.composer.config import plain_config
+from composer.models.common.config import plain_config
 from composer.provenance import git_sha
 from composer.training.data import CompositionDataModule
 from composer.training.recipes import TrainingRecipe, build_module

@@ -30,7 +30,7 @@ import copy
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,12 +38,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from composer.models.clip.codebook import Codebook
+from composer.models.common.config import named_config
 from composer.models.composer.model import check_visual_inputs
 from composer.models.composer.predicate_transformer import TemplateTokenizer
 from composer.models.common.pretrained import PretrainedModel
 from composer.models.composer.program import ProgramBatch
 
 __all__ = [
+    "KINDS",
     "PRESETS",
     "AgentOutput",
     "ClipConfig",
@@ -51,10 +53,17 @@ __all__ = [
     "LanguageAgent",
     "VisionAgent",
     "agent_generator",
+    "build_clip",
+    "build_codebook_clip",
+    "build_il_clip",
+    "checkpoint_extras",
     "clip_config",
 ]
 
 log = logging.getLogger(__name__)
+
+# how a ClipModel was trained (its registry names): the model is the same, with or without the codebook
+KINDS = ("clip", "codebook_clip", "il_clip")
 
 
 @dataclass
@@ -140,14 +149,7 @@ def clip_config(preset: str = "small", **overrides: Any) -> ClipConfig:
     ...
     ValueError: unknown ClipConfig preset 'vit'; available: ['paper', 'small', 'tiny']
     """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown ClipConfig preset {preset!r}; available: {sorted(PRESETS)}")
-    values = {**PRESETS[preset](), **overrides}
-    known = {f.name for f in fields(ClipConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"ClipConfig has no field(s) {unknown}; fields: {sorted(known)}")
-    return replace(ClipConfig(), **values)
+    return named_config(ClipConfig, PRESETS, preset, overrides)
 
 
 def agent_generator(seed: int, salt: int) -> torch.Generator:
@@ -334,11 +336,9 @@ class ClipModel(PretrainedModel, nn.Module):
     extra_keys = ("use_codebook", "kind")
 
     def __init__(self, cfg: ClipConfig, *, use_codebook: bool, seed: int = 0, kind: str | None = None):
-        from composer.models.registry import CLIP_FAMILY
-
-        if kind is not None and (kind not in CLIP_FAMILY or (kind == "clip" and use_codebook)
+        if kind is not None and (kind not in KINDS or (kind == "clip" and use_codebook)
                                  or (kind == "codebook_clip" and not use_codebook)):
-            raise ValueError(f"ClipModel kind={kind!r} with use_codebook={use_codebook}: kind is one of {CLIP_FAMILY} "
+            raise ValueError(f"ClipModel kind={kind!r} with use_codebook={use_codebook}: kind is one of {KINDS} "
                              f"(or None); 'clip' has no codebook, 'codebook_clip' has one, 'il_clip' either")
         super().__init__()
         self.config = cfg
@@ -465,3 +465,24 @@ class ClipModel(PretrainedModel, nn.Module):
         teacher.requires_grad_(False)
         return teacher.eval()
 
+
+# ---------------------------------------------------------------------- the registry's builders
+def build_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
+    """CLIP without a codebook (``load_pretrained``: unused, the agents start from random weights)."""
+    return ClipModel(cfg, use_codebook=False, seed=seed, kind="clip")
+
+
+def build_codebook_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
+    """Codebook-CLIP (§3.2)."""
+    return ClipModel(cfg, use_codebook=True, seed=seed, kind="codebook_clip")
+
+
+def build_il_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
+    """IL-CLIP's model: codebook-CLIP's (its Table 4 ablation without a codebook is ``build_clip``'s)."""
+    return ClipModel(cfg, use_codebook=True, seed=seed, kind="il_clip")
+
+
+def checkpoint_extras(hparams: dict[str, Any], weights: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """What :meth:`ClipModel.build_for_weights` needs from a ClipModule checkpoint: the weights say whether
+    there is a codebook (an IL-CLIP run may have none), the hyperparameters how it was trained."""
+    return {"use_codebook": any(k.startswith("model.codebook.") for k in weights), "kind": hparams["kind"]}

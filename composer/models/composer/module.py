@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 
 from composer.models.common.retrieval_module import OptimConfig, RetrievalModule
-from composer.models.composer.config import ComposerConfig, plain_config
+from composer.models.common.config import plain_config
+from composer.models.composer.config import ComposerConfig
 from composer.models.composer.losses import MVSAScores, OrderScores, composer_loss
 from composer.models.composer.model import Composer
 from composer.models.composer.negative_sampling import mvsa_scores
-from composer.training.data import TrainBatch
 
 __all__ = ["ComposerModule"]
 
@@ -24,11 +24,11 @@ class ComposerModule(RetrievalModule):
         self.model_cfg = model_cfg
         self.model = Composer.from_config(model_cfg, load_pretrained=load_pretrained)
         self.tokenizer = self.model.make_tokenizer()
-        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim),
+        self.save_hyperparameters({"kind": "composer", "model": plain_config(model_cfg), "optim": plain_config(optim),
                                    "seed": seed})
 
     # ------------------------------------------------------------------ training
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         b, k1 = batch.pair_image.shape
         out = self.model(batch.regions, batch.geometry, batch.region_mask, batch.programs,
                          batch.pair_image.reshape(-1), batch.pair_caption.reshape(-1))

@@ -28,11 +28,11 @@ import random
 import torch
 
 from composer.models.common.retrieval_module import OptimConfig, RetrievalModule
-from composer.models.composer.config import ComposerConfig, plain_config
+from composer.models.common.config import plain_config
+from composer.models.composer.config import ComposerConfig
 from composer.models.composer.losses import composer_loss
 from composer.models.composer.negative_sampling import FlatMVSAPlan, flat_mvsa_plan, flat_mvsa_scores
 from composer.models.flat.model import FlatCrossTransformer
-from composer.training.data import TrainBatch
 
 __all__ = ["FlatMVSAPlan", "FlatModule", "flat_mvsa_plan"]
 
@@ -50,10 +50,15 @@ class FlatModule(RetrievalModule):
         self.mvsa_concepts = mvsa_concepts
         self.model = FlatCrossTransformer.from_config(model_cfg, load_pretrained=load_pretrained)
         self.tokenizer = self.model.make_tokenizer()
-        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed,
+        self.save_hyperparameters({"kind": "flat", "model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed,
                                    "mvsa_concepts": mvsa_concepts})
 
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+    @classmethod
+    def from_recipe(cls, recipe, model_cfg, *, load_pretrained: bool = True) -> FlatModule:
+        return cls(model_cfg, recipe.optim, seed=recipe.data.seed, mvsa_concepts=recipe.mvsa_concepts,
+                   load_pretrained=load_pretrained)
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         b, k1 = batch.pair_image.shape
         kc = batch.num_caption_negatives
         programs = batch.programs.programs

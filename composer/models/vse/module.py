@@ -12,9 +12,8 @@ from __future__ import annotations
 import torch
 
 from composer.models.common.retrieval_module import OptimConfig, RetrievalModule
-from composer.models.composer.config import plain_config
+from composer.models.common.config import plain_config
 from composer.models.vse.model import VSE, VSEConfig, vse_hinge_loss
-from composer.training.data import TrainBatch
 
 __all__ = ["VSEModule"]
 
@@ -28,9 +27,9 @@ class VSEModule(RetrievalModule):
         self.model_cfg = model_cfg
         self.model = VSE.from_config(model_cfg, load_pretrained=load_pretrained)
         self.tokenizer = self.model.tokenizer
-        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed})
+        self.save_hyperparameters({"kind": "vse", "model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed})
 
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         b = batch.pair_image.shape[0]
         x = self.model.encode_images(batch.regions, batch.geometry, batch.region_mask)   # (I, E)
         y = self.model.encode_programs(batch.programs)                                   # (C, E)
