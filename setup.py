@@ -18,7 +18,7 @@ setup(
     long_description_content_type="text/markdown",
     # every lower bound below is installed exactly by CI (.ci/run: .ci/lowest_versions.py) and runs the fast tests
     python_requires=">=3.11",  # typing.Self (composer/pretrained.py)
-    # every sub-package (composer.modeling, features.world, ...); experiments/, tests/ and benchmarks/ stay out
+    # every sub-package (composer.models.composer, features.world, ...); experiments/, tests/ and benchmarks/ stay out
     packages=find_packages(include=["crg", "crg.*", "composer", "composer.*", "features", "features.*"]),
     package_data={"crg": ["data/*.jsonl"]},
     entry_points={"console_scripts": [

@@ -6,7 +6,7 @@
 
 1. Training step: forward + loss + backward + optimiser step, each model through its own module's
    ``training_step`` (so with the loss it trains with), run without a Trainer (logging switched off).
-   COMPOSER (:class:`composer.training.composer_module.ComposerModule`: l_MATCH + l_MVSA + l_ORDER over the
+   COMPOSER (:class:`composer.models.composer.module.ComposerModule`: l_MATCH + l_MVSA + l_ORDER over the
    B x (1 + K) pairs), the flat cross-modal transformer at the same config (``FlatModule``, l_MATCH over
    the same pairs), VSE (``VSEModule``, in-batch hinge), CLIP and codebook-CLIP (``ClipModule``,
    in-batch InfoNCE). Every model gets the same batches: ``--warmup`` untimed steps, then ``--steps``
@@ -17,7 +17,7 @@
    are moved to the device before timing, as Lightning does before ``training_step``.
    Target: COMPOSER / flat <= 1.3 (Table 6's FLOPs ratio, COMPOSER 38.4G vs ViLBERT 24.4G, is 1.57).
    For COMPOSER, the work the recursion does per pair: CT work items (distinct (image, composed
-   sub-tree) pairs, :func:`composer.program.plan_execution`, as ``ComposerOutput.num_work_items`` less
+   sub-tree) pairs, :func:`composer.models.composer.program.plan_execution`, as ``ComposerOutput.num_work_items`` less
    the primitives), against one CT call per pair for the flat model.
 2. Evaluation: ``--eval-images`` test images x all their captions (5 each), every caption against every
    image. COMPOSER and flat: full cross-scoring with :func:`composer.retrieval.score_matrix` (chunks of
@@ -59,7 +59,6 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## COMPOSER and baselines: step time and evaluation throughput"
 
 MODELS = ("composer", "flat", "vse", "clip", "codebook_clip")
-CROSS = ("composer", "flat")          # cross-encoders: every pair runs through the model
 LABEL = {"composer": "COMPOSER", "flat": "flat cross-transformer", "vse": "VSE", "clip": "CLIP",
          "codebook_clip": "codebook-CLIP"}
 CLIP_PRESET = {"small": "small", "offline": "paper", "paper": "paper"}  # CLIP has no MiniLM-sized preset
@@ -116,30 +115,24 @@ def text_overrides(preset: str) -> dict:
 
 
 def build_module(name: str, preset: str, region_dim: int):
-    """The LightningModule that trains ``name``, at ``preset`` sizes, reading ``region_dim``-d regions
-    (configs from the library's model registry, text weights random: timing does not depend on them)."""
-    from composer.factory import CLIP_FAMILY, model_config
-    from composer.training.composer_module import OptimConfig
+    """The LightningModule that trains ``name``, at ``preset`` sizes, reading ``region_dim``-d regions: the
+    world's named recipe of the library's model registry (COMPOSER with l_MATCH + l_MVSA + l_ORDER, the flat
+    model with l_MATCH), text weights random (timing does not depend on them)."""
+    from composer.models import registry
+    from composer.training.recipes import RecipeOverrides, build_module as module_of, named_recipe
 
-    if name in CLIP_FAMILY:
-        from composer.baselines.iterated_learning import il_config
-        from composer.training.clip_module import ClipModule
+    if registry.get(name).step_schedule is not None:  # the CLIP family: random agents, its own presets
+        overrides = RecipeOverrides(preset=CLIP_PRESET[preset])
+    else:
+        overrides = RecipeOverrides(preset=preset, model=text_overrides(preset))
+    recipe = named_recipe(name, "world", overrides)
+    return module_of(recipe, recipe.model_config(region_dim), load_pretrained=False)
 
-        clip_preset = CLIP_PRESET[preset]
-        return ClipModule(name, model_config(name, clip_preset, region_dim=region_dim),
-                          il_config("small" if clip_preset == "small" else "paper"), OptimConfig())
-    cfg = model_config(name, preset, text_overrides(preset), region_dim=region_dim)
-    if name == "composer":
-        from composer.training.composer_module import ComposerModule
 
-        return ComposerModule(cfg, OptimConfig(), load_pretrained=False)  # l_MATCH + l_MVSA + l_ORDER
-    if name == "flat":
-        from composer.training.baseline_modules import FlatModule
-
-        return FlatModule(cfg, OptimConfig(use_mvsa=False, use_order=False), load_pretrained=False)  # l_MATCH
-    from composer.training.baseline_modules import VSEModule
-
-    return VSEModule(cfg, OptimConfig(), load_pretrained=False)
+def cross_encoder(model) -> bool:
+    """Whether every (image, caption) pair runs through ``model``: a dual encoder (VSE, the CLIP family) has
+    ``cross_scores``, each image and caption encoded once."""
+    return not hasattr(model, "cross_scores")
 
 
 def without_trainer(module, optimizer) -> None:
@@ -203,7 +196,8 @@ class TrainingStepper:
             self.peak_mib = max(self.peak_mib or 0.0, torch.cuda.max_memory_allocated() / 2**20)
 
     def timing(self) -> StepTiming:
-        pairs = [b.pair_image.numel() if self.name in CROSS else b.pair_image.shape[0] for b in self.batches]
+        cross = cross_encoder(self.module.model)
+        pairs = [b.pair_image.numel() if cross else b.pair_image.shape[0] for b in self.batches]
         return StepTiming(seconds=statistics.median(self.times), seconds_all=[round(t, 4) for t in self.times],
                           pairs_per_step=statistics.mean(pairs),
                           params_m=sum(p.numel() for p in self.module.parameters()) / 1e6, peak_mib=self.peak_mib)
@@ -227,7 +221,7 @@ class EvalSet:
 def load_eval_set(dm, num_images: int, device: str) -> EvalSet:
     import torch
 
-    from composer.program import ConceptProgram
+    from composer.models.composer.program import ConceptProgram
 
     ev = dm.eval_set("test", num_images)
     graph = dm.graphs["test"]
@@ -237,18 +231,10 @@ def load_eval_set(dm, num_images: int, device: str) -> EvalSet:
                    torch.from_numpy(batch.mask).to(device), programs, [p.texts[p.root] for p in programs])
 
 
-def dual_scores(name: str, model, ev: EvalSet, captions: slice, chunk: int = 1024):
-    """(C, I) scores by the dual encoder's fast path: each image and caption encoded once, one product."""
-    import torch
-
-    sentences = ev.sentences[captions]
-    if name != "vse":  # the CLIP family's own evaluation path (ClipModule.evaluate_retrieval)
-        return model.cross_scores(ev.regions, ev.geometry, ev.mask, sentences, chunk=chunk).float().cpu()
-    img = torch.cat([model.encode_images(ev.regions[i:i + chunk], ev.geometry[i:i + chunk], ev.mask[i:i + chunk])
-                     for i in range(0, ev.num_images, chunk)])                        # (I, E)
-    txt = torch.cat([model.encode_sentences(sentences[c:c + chunk])
-                     for c in range(0, len(sentences), chunk)])                       # (C, E)
-    return (txt @ img.T).float().cpu()                                                # (C, I)
+def dual_scores(model, ev: EvalSet, captions: slice, chunk: int = 1024):
+    """(C, I) scores by the dual encoder's fast path (``cross_scores``: each image and caption encoded once,
+    one product), as its evaluation scores them."""
+    return model.cross_scores(ev.regions, ev.geometry, ev.mask, ev.sentences[captions], chunk=chunk).float().cpu()
 
 
 def time_eval(name: str, module, ev: EvalSet, device: str, max_pairs: int, target_pairs: int) -> EvalTiming:
@@ -262,33 +248,34 @@ def time_eval(name: str, module, ev: EvalSet, device: str, max_pairs: int, targe
     n_img, n_cap = ev.num_images, len(ev.programs)
     warm = slice(0, min(n_cap, 8))
     with torch.no_grad(), autocast(device):
-        if name in CROSS:
+        cross = cross_encoder(model)
+        if cross:
             score_matrix(model, ev.regions, ev.geometry, ev.mask, ev.programs[warm], module.tokenizer,
                          max_pairs=max_pairs)
             res = score_matrix(model, ev.regions, ev.geometry, ev.mask, ev.programs, module.tokenizer,
                                max_pairs=max_pairs)
             seconds = res.seconds
         else:
-            dual_scores(name, model, ev, warm)
+            dual_scores(model, ev, warm)
             synchronize(device)
             started = time.perf_counter()
-            dual_scores(name, model, ev, slice(0, n_cap))
+            dual_scores(model, ev, slice(0, n_cap))
             seconds = time.perf_counter() - started
     pairs = n_img * n_cap
     rate = pairs / max(seconds, 1e-9)
-    if name in CROSS:  # every pair runs through the model
+    if cross:  # every pair runs through the model
         target = target_pairs / rate
     else:  # encoding grows with images + captions: scale both, keeping the captions per image
         per_image = n_cap / n_img
         target_images = math.sqrt(target_pairs / per_image)
         target = seconds * (target_images * (1 + per_image)) / (n_img + n_cap)
-    return EvalTiming("cross-scoring" if name in CROSS else "dual encoder", pairs, seconds, rate, target)
+    return EvalTiming("cross-scoring" if cross else "dual encoder", pairs, seconds, rate, target)
 
 
 def composer_work(batches: list) -> dict:
     """What the recursion costs per pair on the timed batches (:func:`plan_execution`, which
     ``Composer.forward`` runs): CT work items, primitive-encoder items, composed nodes before sharing."""
-    from composer.program import plan_execution
+    from composer.models.composer.program import plan_execution
 
     pairs = ct_items = prim_items = composed_nodes = levels = 0
     for b in batches:
@@ -371,7 +358,7 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=["small", "offline", "paper"], default="small",
-                    help="model sizes (composer.config presets; CLIP: small, else paper)")
+                    help="model sizes (composer.models.composer.config presets; CLIP: small, else paper)")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
     ap.add_argument("--batch-size", type=int, default=32, help="positive pairs per training batch")
     ap.add_argument("--steps", type=int, default=20, help="timed training steps (the median is reported)")
@@ -419,8 +406,8 @@ def main(argv=None) -> int:
     dm.setup()
     region_dim = dm.store.feature_dim
     # COMPOSER's tokenizer builds the programs; the other models tokenise the sentences themselves
-    from composer.config import composer_config
-    from composer.modeling.predicate_transformer import TemplateTokenizer
+    from composer.models.composer.config import composer_config
+    from composer.models.composer.predicate_transformer import TemplateTokenizer
 
     dm.tokenizer = TemplateTokenizer.from_config(composer_config(args.preset, **text_overrides(args.preset)))
     loader = iter(dm.train_dataloader())

@@ -242,8 +242,8 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    from composer.config import composer_config
-    from composer.modeling.predicate_transformer import TemplateTokenizer
+    from composer.models.composer.config import composer_config
+    from composer.models.composer.predicate_transformer import TemplateTokenizer
     from composer.training.data import CompositionDataModule, DataConfig
 
     info: dict = {"machine": machine("cpu"), "load": [os.getloadavg()[0]]}

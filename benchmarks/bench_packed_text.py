@@ -44,8 +44,8 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from composer.config import composer_config
-    from composer.modeling.predicate_transformer import PredicateTransformer, TemplateTokenizer
+    from composer.models.composer.config import composer_config
+    from composer.models.composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
     from composer.training.data import CompositionDataModule, DataConfig
 
     print("machine: " + ", ".join(f"{k} {v}" for k, v in machine("cpu").items())

@@ -56,12 +56,14 @@ PAPER_BATCH = 64                   # positives per step (Appendix C); 4 pairs ea
 OP_LATENCY_S = 15e-6               # eager PyTorch per-operator overhead (Python, dispatcher, launch) on a GPU host
 
 
+LABELS = {"composer": "COMPOSER"}  # the table's row labels (the registry name otherwise)
+
+
 def build(kind: str, cfg):
-    from composer.baselines.flat import FlatCrossTransformer
-    from composer.modeling.composer import Composer
+    from composer.models import registry
 
     torch.manual_seed(0)
-    return (Composer if kind == "composer" else FlatCrossTransformer).from_config(cfg, load_pretrained=False)
+    return registry.get(kind).build_model(cfg, load_pretrained=False)
 
 
 def regions_batch(images: int, regions: int, dim: int, seed: int = 0):
@@ -88,14 +90,15 @@ def training_layout(positives: int):
 
 def training_loss(kind: str, model, cfg, programs, feats, geo, mask, pair_image, pair_caption):
     """ComposerModule's loss (match + MVSA + order) or FlatModule's (match), as in training."""
-    from composer.losses import OrderScores, composer_loss
-    from composer.negative_sampling import mvsa_scores
-    from composer.program import ProgramBatch
+    from composer.models import registry
+    from composer.models.composer.losses import OrderScores, composer_loss
+    from composer.models.composer.negative_sampling import mvsa_scores
+    from composer.models.composer.program import ProgramBatch
 
     tok = model.make_tokenizer()
     b, k1 = pair_image.shape
     pi, pc = pair_image.reshape(-1), pair_caption.reshape(-1)
-    if kind == "flat":
+    if not registry.get(kind).concept_tree:  # the flat model: the sentence's text, l_MATCH only
         enc = tok.encode_sentences([p.texts[p.root] for p in programs])
         scores = model(feats, geo, mask, enc.ids, enc.mask, pi, pc).scores
         return composer_loss(scores.view(b, k1), None, None, cfg.loss).total
@@ -176,7 +179,7 @@ def measure(kind: str, programs, args) -> dict:
                 kind, model, cfg, batch_programs, feats, geo, mask, pair_image, pair_caption))
 
     # evaluation: one image against eval_pairs captions (the test captions, cycled), fp32, no grad
-    from composer.program import ProgramBatch
+    from composer.models.composer.program import ProgramBatch
 
     model.eval()
     n = args.eval_pairs
@@ -260,7 +263,7 @@ def markdown(out: dict, args) -> str:
     rows = []
     lo, mid, hi = (str(f) for f in (0.10, args.mfu, 0.40))
     for kind, m in out["models"].items():
-        name = "COMPOSER" if kind == "composer" else "flat"
+        name = LABELS.get(kind, kind)
         pr = m["projected"]
         rows += [
             f"| {name} | parameters | {m['params'] / 1e6:.1f}M | |",

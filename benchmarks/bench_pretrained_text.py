@@ -63,8 +63,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from composer.config import composer_config
-    from composer.modeling.predicate_transformer import TemplateTokenizer
+    from composer.models.composer.config import composer_config
+    from composer.models.composer.predicate_transformer import TemplateTokenizer
     from composer.training.data import CompositionDataModule, DataConfig
 
     print("machine: " + ", ".join(f"{k} {v}" for k, v in machine("cpu").items())
@@ -91,16 +91,18 @@ def main(argv=None) -> int:
         if k is None:
             module = build_module(name, preset, dm.store.feature_dim)
         else:
-            from composer.factory import model_config
-            from composer.training.baseline_modules import FlatModule, VSEModule
-            from composer.training.composer_module import ComposerModule, OptimConfig
+            from dataclasses import fields
+
+            from composer.models import registry
+            from composer.training.recipes import RecipeOverrides, build_module as module_of, named_recipe
 
             words = {"train_word_embeddings": train_words}
-            layers = {"text_layers": k, "text": words} if name == "vse" else {"pt_layers": k, "pt_text": words}
-            cfg = model_config(name, preset, layers, region_dim=dm.store.feature_dim)
-            cls = {"composer": ComposerModule, "flat": FlatModule, "vse": VSEModule}[name]
-            optim = OptimConfig() if name == "composer" else OptimConfig(use_mvsa=False, use_order=False)
-            module = cls(cfg, optim)  # the pretrained weights load: what a user trains
+            # VSE's text encoder is all of its text side (text_layers, text); the others' is the PT's
+            own = {f.name for f in fields(registry.get(name).make_config(preset))}
+            layers = {"text_layers": k, "text": words} if "text_layers" in own else {"pt_layers": k, "pt_text": words}
+            recipe = named_recipe(name, "world", RecipeOverrides(preset=preset, model=layers))
+            module = module_of(recipe, recipe.model_config(dm.store.feature_dim))  # the pretrained weights load:
+            # what a user trains
         clocks[key] = ForwardClock(text_encoder(module))
         params[key] = sum(p.numel() for p in module.parameters()) / 1e6
         steppers[key] = TrainingStepper(name, module, batches, "cpu")

@@ -20,9 +20,9 @@ import time
 import numpy as np
 import torch
 
-from composer.baselines.clip import ClipModel, clip_config
-from composer.baselines.vse import VSE, vse_config
-from composer.program import ConceptProgram
+from composer.models.clip.model import ClipModel, clip_config
+from composer.models.vse.model import VSE, vse_config
+from composer.models.composer.program import ConceptProgram
 from composer.retrieval import score_matrix
 
 WORDS = ("red", "blue", "green", "small", "large", "metal", "cube", "ball", "cone", "ring", "left", "of", "near")

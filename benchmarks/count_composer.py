@@ -29,7 +29,7 @@ VILBERT = ("235M", 24.44)
 def paper_config(pt: int, ct: int, selfatt: str):
     from bench_composer import text_overrides  # random weights, bert-base-uncased's vocabulary from MiniLM
 
-    from composer.config import composer_config
+    from composer.models.composer.config import composer_config
 
     return composer_config("paper", pt_layers=pt, ct_layers=ct, composition={"visual_selfatt": selfatt},
                            **text_overrides("paper"))
@@ -38,12 +38,10 @@ def paper_config(pt: int, ct: int, selfatt: str):
 def count_parameters(cfg, model: str = "composer") -> int:
     import torch
 
-    from composer.baselines.flat import FlatCrossTransformer
-    from composer.modeling.composer import Composer
+    from composer.models import registry
 
-    cls = Composer if model == "composer" else FlatCrossTransformer
     with torch.device("meta"):
-        m = cls.from_config(cfg, load_pretrained=False)
+        m = registry.get(model).build_model(cfg, load_pretrained=False)
     return sum(p.numel() for p in m.parameters())
 
 
@@ -53,7 +51,7 @@ def sample_programs(corpus: Path, n: int, seed: int):
     from crg.extract import extract_concepts
     from crg.graph import GraphBuilder
     from crg.spacy_parser import SpacyParser
-    from composer.program import ConceptProgram
+    from composer.models.composer.program import ConceptProgram
 
     images = [im for im in read_corpus(corpus).images if im.split == "test"]
     picks = random.Random(seed).sample([(im.image_id, c) for im in images for c in im.captions], n)
@@ -70,13 +68,12 @@ def pair_gflops(cfg, programs, regions: int, model: str = "composer") -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from composer.baselines.flat import FlatCrossTransformer
-    from composer.modeling.composer import Composer
-    from composer.program import ProgramBatch
+    from composer.models import registry
+    from composer.models.composer.program import ProgramBatch
     from features.geometry import box_geometry
 
     torch.manual_seed(0)
-    m = (Composer if model == "composer" else FlatCrossTransformer).from_config(cfg, load_pretrained=False).eval()
+    m = registry.get(model).build_model(cfg, load_pretrained=False).eval()
     tok = m.make_tokenizer()
     feats = torch.randn(1, regions, cfg.visual.region_dim)                   # (1, R, Dr)
     x1y1 = torch.rand(regions, 2) * 300

@@ -116,11 +116,11 @@ def score_matrix(model, regions: torch.Tensor, geometry: torch.Tensor, region_ma
       family) encodes every image and every caption's sentence once and scores them all with one product;
     * a cross-encoder with ``score_all(regions, geometry, region_mask, programs, tokenizer, max_pairs=...,
       on_chunk=...)`` (COMPOSER, the flat model) scores the whole set itself, doing its image-only and
-      text-only work once (:meth:`composer.modeling.composer.Composer.score_all`);
+      text-only work once (:meth:`composer.models.composer.model.Composer.score_all`);
     * any other model with ``score_pairs``: :func:`score_matrix_pairwise`.
 
     Args:
-        model: a :class:`composer.modeling.composer.Composer` (anything with its ``score_pairs`` signature).
+        model: a :class:`composer.models.composer.model.Composer` (anything with its ``score_pairs`` signature).
         regions, geometry, region_mask: (I, R, Dr), (I, R, 5), (I, R) of the candidate images.
         programs: the C query captions as ``ConceptProgram`` objects.
         tokenizer: the model's ``TemplateTokenizer``.
@@ -156,7 +156,7 @@ def score_matrix_pairwise(model, regions: torch.Tensor, geometry: torch.Tensor, 
     collated once: its text-only work (the Predicate Transformer over its templates) runs once per
     image chunk -- once in all when all images fit in one chunk.
     """
-    from composer.program import ProgramBatch
+    from composer.models.composer.program import ProgramBatch
 
     n_img, n_cap = regions.shape[0], len(programs)
     out = torch.empty(n_cap, n_img)

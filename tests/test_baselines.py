@@ -11,15 +11,15 @@ import pytest
 import torch
 from kill_switch import KillAt, Killed
 
-from composer.baselines.vse import VSE, vse_config, vse_hinge_loss
+from composer.models.vse.model import VSE, vse_config, vse_hinge_loss
 from composer.cli import train_baseline
-from composer.config import composer_config
-from composer.factory import CLIP_FAMILY
-from composer.program import ConceptProgram
-from composer.training.baseline_modules import FlatModule, VSEModule, flat_mvsa_plan
-from composer.training.composer_module import OptimConfig
+from composer.models.composer.config import composer_config
+from composer.models import registry
+from composer.models.composer.program import ConceptProgram
+from composer.models.flat.module import FlatModule, flat_mvsa_plan
+from composer.models.vse.module import VSEModule
+from composer.models.common.retrieval_module import OptimConfig
 from composer.training.data import CompositionDataModule, DataConfig
-from composer.training.recipes import NAMED
 
 REGION_DIM = 11
 
@@ -230,12 +230,12 @@ def test_vse_module_resumes_exactly_after_a_kill(tiny_world, tmp_path):
 
 
 # ---------------------------------------------------------------------- entry point
-@pytest.mark.parametrize("model", train_baseline.BASELINES)
+@pytest.mark.parametrize("model", train_baseline.baselines())
 def test_arguments_resolve_for_every_model(model):
-    clip = model in CLIP_FAMILY
+    clip = registry.get(model).step_schedule is not None
     parse = train_baseline.build_argparser().parse_args
     recipe = train_baseline.recipe_from_args(parse(["--model", model, "--out", "x", "--lr", "0.01"]))
-    named = NAMED[model]["world"]
+    named = registry.get(model).named_recipes["world"]
     assert recipe.model == model and recipe.preset == named["preset"]
     assert recipe.data.batch_size == named["batch_size"] and recipe.data.world_images == named["world_images"]
     assert not recipe.optim.use_mvsa and not recipe.optim.use_order
@@ -288,10 +288,10 @@ def test_vse_end_to_end_on_a_tiny_world(tiny_world, tmp_path):
 
 def test_every_model_size_preset_is_selectable_on_the_command_line():
     """--preset takes every preset COMPOSER, the flat model and VSE define (small-minilm was once missing)."""
-    from composer import config as composer_cfg
-    from composer.baselines.vse import VSE_PRESETS
-    from composer.factory import PRESETS
+    from composer.cli.arguments import model_presets
+    from composer.models.composer import config as composer_cfg
+    from composer.models.vse.model import VSE_PRESETS
 
-    assert set(PRESETS) == set(composer_cfg.PRESETS) and set(VSE_PRESETS) <= set(PRESETS)
+    assert set(model_presets()) == set(composer_cfg.PRESETS) and set(VSE_PRESETS) <= set(model_presets())
     args = train_baseline.build_argparser().parse_args(["--model", "flat", "--preset", "small-minilm", "--out", "x"])
     assert args.preset == "small-minilm"

@@ -80,8 +80,9 @@ def test_the_pool_is_cached_by_content(tmp_path, monkeypatch):
 
 
 def test_batches_draw_hard_caption_negatives_from_the_pool(tiny_world, tmp_path, monkeypatch):
-    from composer.config import composer_config
-    from composer.training.composer_module import ComposerModule, OptimConfig
+    from composer.models.composer.config import composer_config
+    from composer.models.common.retrieval_module import OptimConfig
+    from composer.models.composer.module import ComposerModule
     from composer.training.data import CompositionDataModule, DataConfig
 
     monkeypatch.setenv("GC_CACHE_DIR", str(tmp_path))

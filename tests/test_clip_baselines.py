@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from composer.baselines.clip import ClipModel, agent_generator, clip_config
-from composer.training.clip_module import ClipModule
-from composer.baselines.codebook import Codebook, sparsemax
+from composer.models.clip.model import ClipModel, agent_generator, clip_config
+from composer.models.clip.module import ClipModule
+from composer.models.clip.codebook import Codebook, sparsemax
 from composer.training.data import TrainBatch
-from composer.baselines.iterated_learning import ILConfig, clip_contrastive_loss, il_config, spawn, swap_two_words
-from composer.training.composer_module import OptimConfig
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.clip.iterated_learning import ILConfig, clip_contrastive_loss, il_config, spawn, swap_two_words
+from composer.models.common.retrieval_module import OptimConfig
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 from composer.retrieval import score_matrix
 from kill_switch import Killed, KillAt
 

@@ -19,11 +19,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from composer.config import composer_config
-from composer.baselines.flat import FlatCrossTransformer
-from composer.modeling.composer import Composer
-from composer.modeling.predicate_transformer import TemplateTokenizer
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.config import composer_config
+from composer.models.flat.model import FlatCrossTransformer
+from composer.models.composer.model import Composer
+from composer.models.composer.predicate_transformer import TemplateTokenizer
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 
 R, DR = 7, 11  # regions, region feature size of the tiny config
 
@@ -87,7 +87,9 @@ def _validate_on_two_ranks(rank: int, world: int, port: int, world_dir: str, res
                       LOCAL_RANK=str(rank))
     import lightning as L
 
-    from composer.training.composer_module import ComposerModule, OptimConfig
+    from composer.models.common.retrieval_module import OptimConfig
+
+    from composer.models.composer.module import ComposerModule
     from composer.training.data import CompositionDataModule, DataConfig
 
     L.seed_everything(0)  # the same weights on both ranks

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from composer.config import LossConfig
-from composer.losses import MVSAScores, OrderScores, composer_loss, match_loss, mvsa_loss, order_loss
+from composer.models.composer.config import LossConfig
+from composer.models.composer.losses import MVSAScores, OrderScores, composer_loss, match_loss, mvsa_loss, order_loss
 
 
 def test_match_loss_is_the_nll_of_column_zero():

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from composer.modeling.attention import CoAttentionLayer, TransformerLayer, VisualEmbedding
-from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer
-from composer.config import ComposerConfig, composer_config
-from composer.modeling.film import Modulator, film_modulate
-from composer.baselines.flat import FlatCrossTransformer
-from composer.modeling.composer import Composer
-from composer.modeling.predicate_transformer import PLACEHOLDER_TYPES, PredicateTransformer, TemplateTokenizer, placeholder_token
-from composer.modeling.primitive_encoder import PrimitiveEncoder
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.attention import CoAttentionLayer, TransformerLayer, VisualEmbedding
+from composer.models.composer.composition_transformer import AlignmentScorer, CompositionTransformer
+from composer.models.composer.config import ComposerConfig, composer_config
+from composer.models.composer.film import Modulator, film_modulate
+from composer.models.flat.model import FlatCrossTransformer
+from composer.models.composer.model import Composer
+from composer.models.composer.predicate_transformer import PLACEHOLDER_TYPES, PredicateTransformer, TemplateTokenizer, placeholder_token
+from composer.models.composer.primitive_encoder import PrimitiveEncoder
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 from crg.extract import CONCEPT_LABELS, PRIMITIVE_TAGS
 
 B, T, R = 5, 6, 7          # batch, tokens, regions

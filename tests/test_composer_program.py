@@ -8,9 +8,9 @@ import pytest
 import torch
 from nltk import Tree
 
-from composer.config import composer_config
-from composer.modeling.composer import Composer
-from composer.program import ConceptProgram, ProgramBatch, plan_execution
+from composer.models.composer.config import composer_config
+from composer.models.composer.model import Composer
+from composer.models.composer.program import ConceptProgram, ProgramBatch, plan_execution
 from crg.extract import extract_concepts
 from crg.graph import GraphBuilder
 
@@ -137,7 +137,7 @@ def test_programs_from_a_concept_graph():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from composer.modeling.predicate_transformer import TemplateTokenizer
+    from composer.models.composer.predicate_transformer import TemplateTokenizer
 
     return TemplateTokenizer.from_config(composer_config("tiny"))
 
@@ -278,7 +278,7 @@ def test_each_template_is_encoded_once_and_the_ct_runs_once_per_level(tokenizer)
 
 
 def test_output_feeds_the_losses(tokenizer):
-    from composer.losses import MVSAScores, composer_loss
+    from composer.models.composer.losses import MVSAScores, composer_loss
 
     torch.manual_seed(0)
     model = Composer.from_config(composer_config("tiny")).train()

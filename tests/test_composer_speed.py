@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from composer.config import composer_config
-from composer.losses import OrderScores, composer_loss
-from composer.modeling.attention import TransformerLayer
-from composer.modeling.composer import Composer
-from composer.modeling.composition_transformer import CompositionTransformer, pack_tokens
-from composer.program import ConceptProgram, ProgramBatch
-from composer.baselines.flat import FlatCrossTransformer
+from composer.models.composer.config import composer_config
+from composer.models.composer.losses import OrderScores, composer_loss
+from composer.models.composer.attention import TransformerLayer
+from composer.models.composer.model import Composer
+from composer.models.composer.composition_transformer import CompositionTransformer, pack_tokens
+from composer.models.composer.program import ConceptProgram, ProgramBatch
+from composer.models.flat.model import FlatCrossTransformer
 from composer.retrieval import score_matrix, score_matrix_pairwise
 from test_composer_program import random_programs
 
@@ -126,7 +126,7 @@ def test_packed_composition_transformer_matches_the_padded_one(layers, selfatt, 
 # ----------------------------------------------------------------------------- whole models
 @pytest.fixture(scope="module")
 def tokenizer():
-    from composer.modeling.predicate_transformer import TemplateTokenizer
+    from composer.models.composer.predicate_transformer import TemplateTokenizer
 
     return TemplateTokenizer.from_config(composer_config("tiny"))
 

@@ -4,10 +4,11 @@ import lightning as L
 import pytest
 import torch
 
-from composer.config import composer_config
+from composer.models.composer.config import composer_config
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, score_sentence_retrieval
 from composer.training.data import CompositionDataModule, DataConfig, EpochBatchSampler
-from composer.training.composer_module import ComposerModule, OptimConfig
+from composer.models.common.retrieval_module import OptimConfig
+from composer.models.composer.module import ComposerModule
 from kill_switch import Killed, KillAt
 
 

@@ -13,10 +13,10 @@ import torch
 from PIL import Image
 
 from composer.training.checkpoint import load_composer
-from composer.config import composer_config
+from composer.models.composer.config import composer_config
 from composer.evaluation.interpretation import CompositionTree, TreeNode, interpret_pair, render_figure, render_text
-from composer.modeling.composer import Composer
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.model import Composer
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,9 @@ def _script(name: str):
 def test_scripts_end_to_end_on_a_tiny_world(tmp_path, capsys):
     import lightning as L
 
-    from composer.training.composer_module import ComposerModule, OptimConfig
+    from composer.models.common.retrieval_module import OptimConfig
+
+    from composer.models.composer.module import ComposerModule
     from features.world.generate import GenerateConfig, generate_world
 
     world = tmp_path / "world"

@@ -1,4 +1,4 @@
-"""MVSA's negative sampling (composer.negative_sampling) against plain Python loops.
+"""MVSA's negative sampling (composer.models.composer.negative_sampling) against plain Python loops.
 
 Sizes all differ (B = 3 positives, Kc = 2 caption and Ki = 4 image negatives, N = 5 node slots) so that a
 transposed axis cannot pass. The references draw one ``torch.multinomial`` per (negative, positive) row
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from composer.losses import LossConfig, composer_loss
-from composer.negative_sampling import (
+from composer.models.composer.losses import LossConfig, composer_loss
+from composer.models.composer.negative_sampling import (
     ConceptNegatives,
     FlatMVSAPlan,
     flat_mvsa_scores,

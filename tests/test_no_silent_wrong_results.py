@@ -40,7 +40,7 @@ class _NaNOnImage:
 
 
 def test_score_matrix_refuses_non_finite_scores_naming_caption_and_image(monkeypatch):
-    from composer import program
+    from composer.models.composer import program
 
     monkeypatch.setattr(program.ProgramBatch, "collate", staticmethod(lambda programs, tokenizer: _Chunk(len(programs))))
     regions = torch.arange(4.0).view(4, 1, 1)

@@ -27,12 +27,12 @@ import numpy as np
 import pytest
 import torch
 
-from composer.baselines.flat import FlatCrossTransformer
-from composer.config import composer_config
-from composer.losses import OrderScores, composer_loss
-from composer.modeling.composer import Composer
-from composer.negative_sampling import mvsa_scores
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.flat.model import FlatCrossTransformer
+from composer.models.composer.config import composer_config
+from composer.models.composer.losses import OrderScores, composer_loss
+from composer.models.composer.model import Composer
+from composer.models.composer.negative_sampling import mvsa_scores
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 
 pytestmark = pytest.mark.paper_size
 

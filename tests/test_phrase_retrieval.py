@@ -7,12 +7,12 @@ import pytest
 import torch
 from nltk import Tree
 
-from composer.config import composer_config
-from composer.modeling.composer import Composer
+from composer.models.composer.config import composer_config
+from composer.models.composer.model import Composer
 from composer.evaluation.phrase_retrieval import (crg_positives, evaluate_phrase_retrieval, exact_positives, phrase_program,
                                        phrase_recall, sample_phrase_queries)
-from composer.modeling.predicate_transformer import TemplateTokenizer
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.predicate_transformer import TemplateTokenizer
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 from composer.retrieval import score_matrix
 from crg.extract import extract_concepts
 from crg.graph import GraphBuilder

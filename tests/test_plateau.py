@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from composer.training.composer_module import RetrievalModule
+from composer.models.common.retrieval_module import RetrievalModule
 from composer.training.curve import CurvePoint, LearningCurve, early_stop_index, read_curve
 from composer.training.fit import TrainerOptions, train
 from composer.training.plateau import PlateauConfig

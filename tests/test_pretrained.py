@@ -1,4 +1,4 @@
-"""Saving and loading every model (composer.pretrained) and exporting Lightning checkpoints to pretrained
+"""Saving and loading every model (composer.models.common.pretrained) and exporting Lightning checkpoints to pretrained
 directories (composer.training.checkpoint): round trips give the same weights, config, tokenizer and
 scores; loading needs nothing outside the directory and never unpickles; bad directories fail clearly."""
 
@@ -15,20 +15,24 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from composer.baselines.clip import ClipConfig, ClipModel, clip_config
-from composer.baselines.flat import FlatCrossTransformer
-from composer.baselines.iterated_learning import il_config
-from composer.baselines.vse import VSE, VSEConfig, vse_config
-from composer.config import ComposerConfig, composer_config, plain_config
-from composer.modeling.composer import Composer
-from composer.modeling.predicate_transformer import PredicateTransformer
-from composer.pretrained import CONFIG_NAME, WEIGHTS_NAME, config_from_dict, load_pretrained
-from composer.program import ConceptProgram
+from composer.models.clip.model import ClipConfig, ClipModel, clip_config
+from composer.models.flat.model import FlatCrossTransformer
+from composer.models.clip.iterated_learning import il_config
+from composer.models.vse.model import VSE, VSEConfig, vse_config
+from composer.models.common.config import plain_config
+from composer.models.composer.config import ComposerConfig, composer_config
+from composer.models.composer.model import Composer
+from composer.models.composer.predicate_transformer import PredicateTransformer
+from composer.models.common.pretrained import CONFIG_NAME, WEIGHTS_NAME, config_from_dict
+from composer.models.registry import load_pretrained
+from composer.models.composer.program import ConceptProgram
 from composer.retrieval import score_matrix
-from composer.training.baseline_modules import FlatModule, VSEModule
+from composer.models.flat.module import FlatModule
+from composer.models.vse.module import VSEModule
 from composer.training.checkpoint import export_pretrained, load_checkpoint, load_composer
-from composer.training.clip_module import ClipModule
-from composer.training.composer_module import ComposerModule, OptimConfig
+from composer.models.clip.module import ClipModule
+from composer.models.common.retrieval_module import OptimConfig
+from composer.models.composer.module import ComposerModule
 from composer.training.data import CompositionDataModule, DataConfig
 
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle"}
@@ -227,7 +231,7 @@ def test_an_unknown_model_type_is_refused(saved_vse, tmp_path):
     edit_config(d, model_type="bert")
     with pytest.raises(ValueError, match=rf"{d}.*unknown model_type 'bert'; known: \['clip', 'composer'"):
         load_pretrained(d)
-    with pytest.raises(ValueError, match="holds a 'vse' model .VSE., not a Composer"):
+    with pytest.raises(ValueError, match="holds a 'vse' model, not a Composer"):
         Composer.from_pretrained(saved_vse)
 
 
@@ -333,7 +337,7 @@ def test_checkpoints_of_every_module_load_and_export(kind, tmp_path):
 def test_dual_encoders_score_the_matrix_at_once_with_the_numbers_of_score_pairs(name):
     """score_matrix's dual-encoder path (cross_scores: each image and sentence encoded once) against the
     pair-by-pair path every model has (score_pairs over every (caption, image) pair)."""
-    from composer.program import ProgramBatch
+    from composer.models.composer.program import ProgramBatch
 
     model = BUILDERS[name]().eval()
     tokenizer = model.make_tokenizer()

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from composer.baselines.flat import FlatCrossTransformer
-from composer.baselines.vse import VSE, vse_config
-from composer.config import ComposerConfig, composer_config, plain_config
-from composer.modeling.composer import Composer
-from composer.pretrained import config_from_dict, load_pretrained
+from composer.models.flat.model import FlatCrossTransformer
+from composer.models.vse.model import VSE, vse_config
+from composer.models.common.config import plain_config
+from composer.models.composer.config import ComposerConfig, composer_config
+from composer.models.composer.model import Composer
+from composer.models.common.pretrained import config_from_dict
+from composer.models.registry import load_pretrained
 
 
 def minilm_layer0_query_weight() -> torch.Tensor:
@@ -51,8 +53,9 @@ def test_the_predicate_transformer_loads_minilm_and_projects_to_the_model_width(
 @pytest.mark.parametrize("kind", ["composer", "vse"])
 def test_minilms_word_embeddings_train_as_in_the_paper_and_one_override_freezes_them(kind):
     """Frozen: no gradient and no optimiser state for the 30,522 x 384 matrix (the paper fine-tunes it)."""
-    from composer.training.baseline_modules import VSEModule
-    from composer.training.composer_module import ComposerModule, OptimConfig
+    from composer.models.vse.module import VSEModule
+    from composer.models.common.retrieval_module import OptimConfig
+    from composer.models.composer.module import ComposerModule
 
     assert composer_config("small-minilm").pt_text.train_word_embeddings  # the paper's setting is the default
     assert vse_config("small-minilm").text.train_word_embeddings

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from composer.config import composer_config
-from composer.modeling.composer import Composer
-from composer.modeling.predicate_transformer import TemplateTokenizer
-from composer.program import ConceptProgram
+from composer.models.composer.config import composer_config
+from composer.models.composer.model import Composer
+from composer.models.composer.predicate_transformer import TemplateTokenizer
+from composer.models.composer.program import ConceptProgram
 from composer.evaluation.rerank import (combine_rankings, cross_score_shortlist, dual_encoder_scores, shortlist_and_rerank,
                              shortlist_recall, shortlist_top_k)
 from composer.retrieval import recall_at_k, score_matrix
@@ -64,7 +64,7 @@ class OneHotDual:
 
 
 class SentenceDual(OneHotDual):
-    """The same, with composer.baselines.vse.VSE's method names: encode_sentences takes strings, encode_texts token ids."""
+    """The same, with composer.models.vse.model.VSE's method names: encode_sentences takes strings, encode_texts token ids."""
 
     def encode_sentences(self, texts):
         return super().encode_texts(texts)

@@ -166,10 +166,10 @@ def world_env(tmp_path_factory):
 
 
 def test_pair_scoring_agrees_with_full_cross_scoring(world_env):
-    from composer.config import composer_config
+    from composer.models.composer.config import composer_config
     from composer.evaluation.eval_sets import load_eval_data
-    from composer.modeling.composer import Composer
-    from composer.program import ConceptProgram
+    from composer.models.composer.model import Composer
+    from composer.models.composer.program import ConceptProgram
     from composer.retrieval import score_matrix
     from composer.evaluation.text_pairs import programs_for_texts, score_text_image_pairs
 

@@ -6,18 +6,23 @@ import argparse
 import json
 import logging
 
-from composer.factory import PRESETS
+from composer.models import registry
 from composer.training.fit import TrainerOptions
 from composer.training.recipes import RecipeOverrides
 from crg.parse import add_parser_arguments
 from features.catalog import WORLD_SPLITS
 
 __all__ = ["add_data_arguments", "add_plateau_arguments", "add_training_arguments", "configure_logging",
-           "plateau_overrides", "recipe_overrides", "train_and_print", "trainer_options"]
+           "model_presets", "plateau_overrides", "recipe_overrides", "train_and_print", "trainer_options"]
 
 
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def model_presets() -> tuple[str, ...]:
+    """Every size preset of the registered models, in registration order."""
+    return tuple(dict.fromkeys(p for name in registry.names() for p in registry.get(name).presets))
 
 
 def add_data_arguments(ap: argparse.ArgumentParser, *, text_model_help: str) -> None:
@@ -27,7 +32,7 @@ def add_data_arguments(ap: argparse.ArgumentParser, *, text_model_help: str) -> 
     ap.add_argument("--captions", help="caption corpus (overrides the dataset's)")
     ap.add_argument("--features", help="feature store .h5 (required for f30k / coco)")
     ap.add_argument("--out", required=True, help="run directory (logs, checkpoints, results.json)")
-    ap.add_argument("--preset", choices=PRESETS, help="model size preset (default: the named configuration's)")
+    ap.add_argument("--preset", choices=model_presets(), help="model size preset (default: the named configuration's)")
     ap.add_argument("--text-model", help=text_model_help)
     add_parser_arguments(ap, default=None, default_help="the dataset's: the world's gold trees, spacy for f30k / "
                                                         "coco / caption files")

@@ -33,7 +33,7 @@ from composer.evaluation.eval_sets import load_eval_data
 from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
 from composer.evaluation.rerank import shortlist_and_rerank
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
-from composer.program import ConceptProgram
+from composer.models.composer.program import ConceptProgram
 from composer.provenance import git_sha
 from composer.retrieval import score_matrix
 from crg.outputs import write_bytes_atomic, write_text_atomic
@@ -97,7 +97,7 @@ class ModelToEvaluate:
 
     Attributes:
         model: in eval mode; tokenizer: its tokenizer; config: its config dataclass; kind: its name in
-            :data:`composer.factory.MODELS` (or the saved ``model_type``); path: what was loaded.
+            :mod:`composer.models.registry`; path: what was loaded.
         epoch, global_step: where training was (None when unknown).
         run_data: the run's ``DataConfig`` as a dict (from the run's results.json), else None.
     """
@@ -121,7 +121,8 @@ def _run_results(directory: Path) -> dict:
 
 def load_model(path: str | Path, *, map_location: str = "cpu") -> ModelToEvaluate:
     """Any model of the library: a saved directory (``save_pretrained``), a run directory, or a .ckpt."""
-    from composer.pretrained import CONFIG_NAME, load_pretrained
+    from composer.models.common.pretrained import CONFIG_NAME
+    from composer.models.registry import load_pretrained
     from composer.training.checkpoint import load_checkpoint
 
     path = Path(path)
@@ -131,16 +132,18 @@ def load_model(path: str | Path, *, map_location: str = "cpu") -> ModelToEvaluat
         loaded = load_pretrained(saved)
         results = _run_results(saved)
         return ModelToEvaluate(loaded.model.to(map_location), loaded.tokenizer, loaded.config,
-                               (results.get("model") or loaded.model_type), saved, None, results.get("global_step"),
+                               (results.get("model") or loaded.name), saved, None, results.get("global_step"),
                                (results.get("config") or {}).get("data"))
     ck = load_checkpoint(path, map_location=map_location)
     return ModelToEvaluate(ck.model, ck.model.make_tokenizer(), ck.config, ck.kind, ck.path, ck.epoch,
                            ck.global_step, ck.run_data)
 
 
-def region_dim_of(config) -> int:
-    """The region feature size a model's config expects (the CLIP family keeps it at the top level)."""
-    return config.visual.region_dim if hasattr(config, "visual") else config.region_dim
+def region_dim_of(loaded: ModelToEvaluate) -> int:
+    """The region feature size a loaded model's config expects (its registry entry says where it is)."""
+    from composer.models import registry
+
+    return registry.get(loaded.kind).region_dim(loaded.config)
 
 
 def load(args):
@@ -168,7 +171,7 @@ def load(args):
                               device=device, progress=not args.quiet)
     except FileNotFoundError as err:
         raise SystemExit(f"error: {err}") from None
-    region_dim = region_dim_of(loaded.config)
+    region_dim = region_dim_of(loaded)
     if data.regions.shape[-1] != region_dim:
         raise ValueError(f"the model takes {region_dim}-d region features, the store gives "
                          f"{data.regions.shape[-1]}-d: use the feature store it was trained with")

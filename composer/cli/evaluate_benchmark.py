@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         loaded = load_model(args.model, map_location=device)
     except (FileNotFoundError, BenchmarkFormatError, FeatureStoreError) as err:
         raise SystemExit(f"error: {err}") from None
-    region_dim = region_dim_of(loaded.config)
+    region_dim = region_dim_of(loaded)
     if store.feature_dim != region_dim:
         raise SystemExit(f"error: the model takes {region_dim}-d region features, {args.features} holds "
                          f"{store.feature_dim}-d: use the feature store it was trained with")

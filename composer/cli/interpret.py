@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from composer.evaluation.interpretation import interpret_pair, program_from_concepts, render_figure, render_text
-from composer.program import ConceptProgram
+from composer.models.composer.program import ConceptProgram
 from composer.retrieval import score_matrix
 from crg.outputs import write_json_atomic
 from composer.cli.evaluate import add_data_arguments, load
@@ -78,9 +78,11 @@ def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loaded, data, _, _ = load(args)
-    if loaded.kind != "composer":
-        raise SystemExit(f"error: {args.checkpoint} holds a {loaded.kind} model; interpretation reads COMPOSER's "
-                         f"per-concept scores, which only COMPOSER has")
+    from composer.models import registry
+
+    if not registry.get(loaded.kind).concept_tree:
+        raise SystemExit(f"error: {args.checkpoint} holds a {loaded.kind} model; interpretation reads per-concept "
+                         f"scores along the caption's CRG, which only COMPOSER has")
     model, tokenizer = loaded.model, loaded.tokenizer
     program, caption, own_image = caption_program(args, data)
     image = args.image or own_image

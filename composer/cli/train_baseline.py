@@ -7,7 +7,7 @@ text-to-image retrieval, on the same batches, schedule and evaluation as COMPOSE
         --text-model bert-base-uncased --out runs/vse_f30k                             # the paper's setting
 
 (``python experiments/train_baseline.py ...`` runs the same program.) Named configurations (per
-``--model`` and ``--data``, composer/training/recipes.py) hold only what differs from the defaults;
+``--model`` and ``--data``: each model's ``named_recipes`` in composer/models/registry.py) hold only what differs from the defaults;
 every value can be overridden on the command line. On ``world`` each model is small enough to train on
 2 CPU cores in minutes; ``f30k`` / ``coco`` use the paper's sizes (Appendix C). Writes
 ``OUT/results.json``, CSV and TensorBoard logs, and checkpoints (``--resume`` continues a killed run
@@ -21,22 +21,29 @@ import sys
 
 from composer.cli.arguments import (add_data_arguments, add_plateau_arguments, add_training_arguments,
                                     configure_logging, recipe_overrides, train_and_print)
-from composer.factory import CLIP_FAMILY
+from composer.models import registry
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 
-__all__ = ["BASELINES", "build_argparser", "main", "recipe_from_args"]
+__all__ = ["MODEL_OPTIONS", "baselines", "build_argparser", "main", "recipe_from_args"]
 
-BASELINES = ("vse", "flat", *CLIP_FAMILY)
-# Options that only one kind of model reads (argparse dest -> models): given to another, they are an error.
-MODEL_OPTIONS = {"text_layers": ("vse",), "embed_dim": ("vse",), "pool": ("vse",), "margin": ("vse",),
-                 "hardest_negative": ("vse",), "pt_layers": ("flat",), "ct_layers": ("flat",), "mvsa": ("flat",),
-                 "mvsa_kind": ("flat",), "mvsa_concepts": ("flat",), "il_preset": CLIP_FAMILY}
+# The model options (argparse dest -> where the value goes: "model:<config field path>" or a RecipeOverrides
+# field). Each model's registry entry lists those that apply to it (ModelSpec.cli_options); given to
+# another model, they are an error.
+MODEL_OPTIONS = {"text_layers": "model:text_layers", "embed_dim": "model:embed_dim", "pool": "model:image_pool",
+                 "margin": "model:loss.margin", "hardest_negative": "model:loss.negatives",
+                 "pt_layers": "model:pt_layers", "ct_layers": "model:ct_layers", "mvsa_kind": "model:loss.mvsa",
+                 "mvsa": "use_mvsa", "mvsa_concepts": "mvsa_concepts", "il_preset": "il_preset"}
+
+
+def baselines() -> tuple[str, ...]:
+    """The registered models this command trains (every one but COMPOSER, which has its own)."""
+    return tuple(name for name in registry.names() if registry.get(name).baseline)
 
 
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gc-train-baseline", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, choices=BASELINES, help="the baseline to train")
+    ap.add_argument("--model", required=True, choices=baselines(), help="the baseline to train")
     add_data_arguments(ap, text_model_help="BERT checkpoint directory or hub name initialising the text encoder")
     g = ap.add_argument_group("VSE")
     g.add_argument("--text-layers", type=int, help="VSE text encoder depth (paper: 12)")
@@ -52,7 +59,7 @@ def build_argparser() -> argparse.ArgumentParser:
     g.add_argument("--mvsa-concepts", type=int, help="phrases per positive caption for MVSA (default 2)")
     g = ap.add_argument_group("CLIP, codebook-CLIP, IL-CLIP")
     g.add_argument("--il-preset", choices=["paper", "small"],
-                   help="optimiser and step schedule (composer.baselines.iterated_learning.il_config); default: "
+                   help="optimiser and step schedule (composer.models.clip.iterated_learning.il_config); default: "
                         "'small' for the small/tiny model presets, else 'paper'")
     add_training_arguments(ap.add_argument_group("training"),
                            max_steps_help="stop after this many steps (smoke tests); the CLIP family defaults to "
@@ -63,30 +70,31 @@ def build_argparser() -> argparse.ArgumentParser:
 
 def recipe_from_args(args) -> TrainingRecipe:
     """Arguments -> the recipe of ``--model`` on ``--data`` (options of another model are an error)."""
-    misplaced = [f"--{k.replace('_', '-')}" for k, models in MODEL_OPTIONS.items()
-                 if getattr(args, k, None) not in (None, False) and args.model not in models]
+    spec = registry.get(args.model)
+    given = {k: getattr(args, k, None) for k in MODEL_OPTIONS if getattr(args, k, None) not in (None, False)}
+    misplaced = [f"--{k.replace('_', '-')}" for k in given if k not in spec.cli_options]
     if misplaced:
         raise ValueError(f"{', '.join(misplaced)} do(es) not apply to --model {args.model}; see --help for the "
                          f"options of each model")
+    if spec.step_schedule is not None and (args.text_model or args.epochs is not None):
+        raise ValueError(f"{args.model} trains from scratch on a step schedule: --text-model and --epochs do not "
+                         f"apply (use --il-preset, --lr, --max-steps)")
     model: dict = {}
     extra: dict = {}
-    if args.model == "vse":
-        model = {k: v for k, v in {"text_layers": args.text_layers, "embed_dim": args.embed_dim,
-                                   "image_pool": args.pool}.items() if v is not None}
-        loss = {k: v for k, v in {"margin": args.margin,
-                                  "negatives": "hardest" if args.hardest_negative else None}.items() if v is not None}
-        if loss:
-            model["loss"] = loss
-    elif args.model == "flat":
-        model = {k: v for k, v in {"pt_layers": args.pt_layers, "ct_layers": args.ct_layers}.items() if v is not None}
-        if args.mvsa_kind:
-            model["loss"] = {"mvsa": args.mvsa_kind}
-        extra = {"use_mvsa": args.mvsa, "mvsa_concepts": args.mvsa_concepts}
-    elif args.model in CLIP_FAMILY:
-        if args.text_model or args.epochs is not None:
-            raise ValueError("the CLIP family trains from scratch on a step schedule: --text-model and --epochs "
-                             "do not apply (use --il-preset, --lr, --max-steps)")
-        extra = {"il_preset": args.il_preset}
+    for key, value in given.items():
+        target = MODEL_OPTIONS[key]
+        if key == "hardest_negative":
+            value = "hardest"
+        if target.startswith("model:"):
+            *path, last = target[len("model:"):].split(".")
+            node = model
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = value
+        else:
+            extra[target] = value
+    if "mvsa" in spec.cli_options:  # --mvsa is a switch: off unless given
+        extra.setdefault("use_mvsa", False)
     overrides: RecipeOverrides = recipe_overrides(args, model=model, **extra)
     return named_recipe(args.model, args.data, overrides)
 

@@ -5,7 +5,7 @@
         --out runs/composer_f30k                                                   # the paper's setting
 
 (``python experiments/train_composer.py ...`` runs the same program.) Named configurations (``--data``)
-hold only what differs from the defaults (composer/training/recipes.py); every value can be overridden
+hold only what differs from the defaults (composer/models/registry.py); every value can be overridden
 on the command line. ``world`` is a small model that trains on 2 CPU cores in minutes; ``f30k`` /
 ``coco`` are the paper's setting (Appendix C). Writes ``OUT/results.json``, CSV and TensorBoard logs,
 and checkpoints (``--resume`` continues a killed run exactly).
@@ -18,7 +18,7 @@ import sys
 
 from composer.cli.arguments import (add_data_arguments, add_plateau_arguments, add_training_arguments,
                                     configure_logging, recipe_overrides, train_and_print)
-from composer.config import MODULATORS
+from composer.models.composer.config import MODULATORS
 from composer.training.recipes import named_recipe
 
 __all__ = ["build_argparser", "main"]

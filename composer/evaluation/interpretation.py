@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 from crg.outputs import write_bytes_atomic
 
 __all__ = ["TreeNode", "CompositionTree", "interpret_pair", "program_from_concepts", "render_text",
@@ -82,7 +82,7 @@ def interpret_pair(model, regions: torch.Tensor, geometry: torch.Tensor, region_
     """Score every concept of ``program`` on each of M images.
 
     Args:
-        model: a :class:`composer.modeling.composer.Composer` (its ``forward`` returns every node's score); it is
+        model: a :class:`composer.models.composer.model.Composer` (its ``forward`` returns every node's score); it is
             run in eval mode and its mode restored.
         regions, geometry, region_mask: (M, R, Dr), (M, R, 5), (M, R) bool -- image 0 is the one the
             caption is read against (Figure 5's ground truth), any others are compared (negatives).

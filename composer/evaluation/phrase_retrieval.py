@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from composer.program import ConceptProgram
+from composer.models.composer.program import ConceptProgram
 from composer.retrieval import recall_at_k, recall_at_k_multi, score_matrix
 from crg.extract import PHRASE
 
@@ -203,7 +203,7 @@ def evaluate_phrase_retrieval(model, regions, geometry, region_mask, tokenizer, 
     """Phrase-to-image R@K, single- and multi-positive, as a JSON-serialisable dict.
 
     Args:
-        model: anything with :meth:`composer.modeling.composer.Composer.score_pairs`'s signature (in eval mode).
+        model: anything with :meth:`composer.models.composer.model.Composer.score_pairs`'s signature (in eval mode).
         regions, geometry, region_mask: (I, R, Dr), (I, R, 5), (I, R) of the candidates ``image_ids``.
         graph: the candidates' CRG; ``truth``: a ``WorldTruth`` for exact multi-positive denotations.
     """

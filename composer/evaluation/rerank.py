@@ -82,7 +82,7 @@ def dual_encoder_scores(model, regions: torch.Tensor, geometry: torch.Tensor, re
     """(Q, I) first-stage scores of a dual encoder: text embeddings @ image embeddings.T.
 
     ``model.encode_images(regions, geometry, region_mask) -> (I, D)`` embeds images;
-    ``model.encode_sentences(texts) -> (Q, D)`` (as :class:`composer.baselines.vse.VSE`), or else
+    ``model.encode_sentences(texts) -> (Q, D)`` (as :class:`composer.models.vse.model.VSE`), or else
     ``model.encode_texts(texts)``, embeds caption strings. Normalise inside them for cosine similarity.
     """
     encode_text = getattr(model, "encode_sentences", None) or getattr(model, "encode_texts", None)
@@ -105,12 +105,12 @@ def cross_score_shortlist(model, regions: torch.Tensor, geometry: torch.Tensor, 
     images its shortlists name, so per-image work (visual encodings) is not repeated for all I images.
 
     Args:
-        model: anything with :meth:`composer.modeling.composer.Composer.score_pairs`'s signature.
+        model: anything with :meth:`composer.models.composer.model.Composer.score_pairs`'s signature.
         regions, geometry, region_mask: (I, R, Dr), (I, R, 5), (I, R) of all candidates.
         programs: the Q captions' ``ConceptProgram`` objects; tokenizer: the model's.
         shortlist: (Q, k) candidate indices.
     """
-    from composer.program import ProgramBatch
+    from composer.models.composer.program import ProgramBatch
 
     Q, k = shortlist.shape
     if Q != len(programs):

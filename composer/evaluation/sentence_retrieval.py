@@ -44,7 +44,7 @@ class SentenceRetrievalSet:
     Attributes:
         name: what the set is (``"val"``, ``"test"``), for logs and errors.
         image_ids: (I,) the candidate images.
-        programs: (C,) each caption's composition program (:class:`composer.program.ConceptProgram`).
+        programs: (C,) each caption's composition program (:class:`composer.models.composer.program.ConceptProgram`).
         caption_image: (C,) int, index into ``image_ids`` of each caption's own image.
         read_regions: returns the candidates' ``(regions (I, R, Dr), geometry (I, R, 5), region_mask (I, R))``
             as CPU tensors (mask True = a real region). Called only where the set is scored, so a set can
@@ -188,7 +188,7 @@ def score_sentence_retrieval(model, tokenizer, regions: torch.Tensor, geometry: 
     and report (:func:`sentence_retrieval_report`). The model is scored in eval mode and left in its mode.
 
     Args:
-        model: anything with :meth:`composer.modeling.composer.Composer.score_pairs`'s signature.
+        model: anything with :meth:`composer.models.composer.model.Composer.score_pairs`'s signature.
         tokenizer: the model's ``TemplateTokenizer``.
         regions, geometry, region_mask: (I, R, Dr), (I, R, 5), (I, R) bool (True = real region), on the
             model's device.

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from composer.evaluation.hard_negatives import eval_pairs, evaluate_pair_scores, restrict_eval_set
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 
 __all__ = ["hard_negative_accuracy", "programs_for_texts", "score_text_image_pairs", "twin_group_scores"]
 
@@ -87,7 +87,7 @@ def score_text_image_pairs(model, tokenizer, pairs: Sequence[tuple[str, str]],
     distinct texts' programs once.
 
     Args:
-        model: anything with :meth:`composer.modeling.composer.Composer.score_pairs`'s signature (put in eval mode here).
+        model: anything with :meth:`composer.models.composer.model.Composer.score_pairs`'s signature (put in eval mode here).
         tokenizer: the model's ``TemplateTokenizer``.
         programs: ``text -> ConceptProgram`` for every text of ``pairs`` (:func:`programs_for_texts`).
         store: a :class:`features.store.FeatureStore` holding every image of ``pairs``.

@@ -35,10 +35,11 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from composer.factory import CLIP_FAMILY, MODELS  # the study's model names are the registry's
+from composer.models import registry
+
+MODELS = registry.names()  # the study's model names are the registry's
 
 __all__ = [
-    "CLIP_FAMILY",
     "CPU_BUDGET_NOTE",
     "EVALS",
     "MODELS",
@@ -75,7 +76,7 @@ class StudyRun:
         label: how tables name it.
         overrides: :class:`composer.training.recipes.RecipeOverrides` fields of the ablation
             (``{"model": {"modulator": "replace"}}``, ``{"use_mvsa": False}``).
-        il: :class:`composer.baselines.iterated_learning.ILConfig` overrides (the CLIP family's ablations).
+        il: :class:`composer.models.clip.iterated_learning.ILConfig` overrides (the CLIP family's ablations).
         il_cycle_scale: IL-CLIP Table 4's generation cycle: distillation and interaction steps scaled by
             this, the number of generations by its inverse (same total steps).
         prune: probability of removing each parse branch when the CRGs are built (COMPOSER Table 7),
@@ -114,7 +115,7 @@ class StudyRun:
         unknown = sorted(set(self.overrides) - known)
         if unknown:
             raise ValueError(f"run {self.name!r}: {unknown} are not RecipeOverrides fields; fields: {sorted(known)}")
-        if (self.il or self.il_cycle_scale != 1.0) and self.model not in CLIP_FAMILY:
+        if (self.il or self.il_cycle_scale != 1.0) and registry.get(self.model).step_schedule is None:
             raise ValueError(f"run {self.name!r}: IL settings apply to the CLIP family only, not {self.model!r}")
 
 
@@ -233,7 +234,7 @@ class StudyProfile:
         presets: model -> model-size preset (``--preset``); a model missing = the named configuration's.
         schedules: ``composer`` (also the flat model: the two cross-attention models compare like for
             like), ``vse``; the CLIP family trains on ``il``'s step schedule.
-        il: :class:`composer.baselines.iterated_learning.ILConfig` fields of the CLIP family (``il_config("small")``
+        il: :class:`composer.models.clip.iterated_learning.ILConfig` fields of the CLIP family (``il_config("small")``
             plus these); ``clip`` and ``codebook_clip`` use its total steps with one warm-up.
         clip_batch_size: the CLIP family's batch; None = the named configuration's (64).
         eval_images: in-domain test candidates (first images of the test split; all their captions).
@@ -342,8 +343,8 @@ class StudyProfile:
 
 
 def schedule_for(profile: StudyProfile, model: str) -> Schedule:
-    """The schedule of ``model``'s family (the flat model trains as COMPOSER does)."""
-    return profile.schedules["vse" if model == "vse" else "composer"]
+    """The schedule of ``model``'s group (``ModelSpec.schedule_group``: the flat model trains as COMPOSER does)."""
+    return profile.schedules[registry.get(model).schedule_group]
 
 
 def il_overrides(profile: StudyProfile, run: StudyRun) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import torch
 
 from composer.evaluation.hard_negatives import build_eval_set
 from composer.evaluation.sentence_retrieval import sentence_retrieval_report
-from composer.program import ConceptProgram
+from composer.models.composer.program import ConceptProgram
 from composer.retrieval import score_matrix
 
 __all__ = ["flat_report", "sentence_retrieval", "world_hard_negative_set"]

@@ -27,7 +27,7 @@ from composer.study.tables import MISSING, Row, format_cell, seed_values, summar
 
 __all__ = ["GENERATION_ROWS", "GenerationRecovery", "generation_recovery", "loss_at", "render_generation_table"]
 
-DISTILL_PHASE = 1  # composer.baselines.iterated_learning.PHASES.index("distill"), as the curve logs it
+DISTILL_PHASE = 1  # composer.models.clip.iterated_learning.PHASES.index("distill"), as the curve logs it
 
 GENERATION_ROWS = (Row("IL-CLIP", "il_clip"), Row("IL-CLIP, cycle x0.5", "il_cycle_short"),
                    Row("IL-CLIP, cycle x2", "il_cycle_long"))

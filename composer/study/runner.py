@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from composer.config import plain_config
-from composer.factory import CLIP_FAMILY
+from composer.models.common.config import plain_config
+from composer.models import registry
 from composer.provenance import git_sha, hardware_description
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
 from composer.training.fit import TrainerOptions, add_twin_scores, deterministic_algorithms, training_precision
@@ -245,7 +245,7 @@ def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecip
         sizes["max_regions"] = profile.max_regions
     if run.model in profile.presets:
         sizes["preset"] = profile.presets[run.model]
-    if run.model not in CLIP_FAMILY:
+    if registry.get(run.model).step_schedule is None:
         sched = schedule_for(profile, run.model)
         sizes.update({k: v for k, v in {"lr": sched.lr, "batch_size": sched.batch_size}.items() if v is not None})
     else:
@@ -386,7 +386,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
         programs = sets.hn_programs(run.prune, run.parser)
         result["hard_negatives"] = timed("hard_negatives", lambda: hard_negative_accuracy(
             model, tok, sets.hn_set, programs, dm.store, max_regions=max_regions, device=device, max_pairs=mp))
-    if run.model in CLIP_FAMILY and profile.probe_steps > 0:
+    if hasattr(module, "easy_to_learn_probe") and profile.probe_steps > 0:  # the CLIP family's (§4.4)
         def probe():
             curve = module.easy_to_learn_probe(_cycle(dm.train_dataloader()), steps=profile.probe_steps,
                                                lr=profile.probe_lr, seed=0)

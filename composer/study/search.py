@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from composer.factory import CLIP_FAMILY
+from composer.models import registry
 
 __all__ = ["GRID_SIZE", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides", "init_is_searched",
            "named_lr", "render_search_table", "search_grid"]
@@ -84,12 +84,11 @@ def init_is_searched(model: str, preset: str | None = None) -> bool:
     >>> [init_is_searched(m, p) for m, p in [("vse", "small"), ("vse", "small-minilm"), ("flat", "small-minilm")]]
     [True, False, True]
     """
-    if model in CLIP_FAMILY:
+    spec = registry.get(model)
+    if spec.step_schedule is not None:  # the CLIP family: its agents' own initialisation, no text encoder
         return False
-    if model == "vse" and preset is not None:
-        from composer.factory import model_config
-
-        return model_config(model, preset).text_model is None
+    if spec.init_reaches_text_only and preset is not None:  # VSE: only its text encoder, unless pretrained
+        return spec.make_config(preset).text_model is None
     return True
 
 

@@ -1,10 +1,10 @@
-"""Training with Lightning: the only sub-package (with ``study``) that imports it.
+"""Training with Lightning: the trainer set-up, the data and the recipes (each model's LightningModule sits
+in its folder under :mod:`composer.models`).
 
 * ``data``: the data module (CRG programs + feature store, ViLBERT-style negatives, exact resume).
-* ``composer_module``: the schedule, exact-resume random states, retrieval validation, COMPOSER's losses.
-* ``baseline_modules``: VSE and the flat model's training steps.
-* ``clip_module``: CLIP / codebook-CLIP / IL-CLIP training (iterated-learning phases).
+* ``recipes``: a run's settings from a model's named recipe and typed overrides.
+* ``fit``: train one recipe with checkpoints, logs and exact resume; test; ``results.json``.
 * ``checkpoint``: reading a Lightning checkpoint's model back without unpickling.
 """
 
-__all__ = ["data", "composer_module", "baseline_modules", "clip_module", "checkpoint"]
+__all__ = ["data", "recipes", "fit", "checkpoint", "caption_neighbours"]

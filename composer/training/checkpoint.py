@@ -1,17 +1,18 @@
 """Load a trained model from a Lightning checkpoint, safely (``weights_only=True``), and export it as a
-pretrained directory (:mod:`composer.pretrained`).
+pretrained directory (:mod:`composer.models.common.pretrained`).
 
 The training programs save the LightningModule's ``state_dict`` (the model's weights under ``model.``)
-and ``hyper_parameters`` (``model``: the config dataclass as plain values; a CLIP-family module also
-its ``kind``). Which model a checkpoint holds follows from those: ``kind`` names the CLIP family,
-otherwise the weights' top-level parts do (COMPOSER has a ``predicate_transformer``, VSE a
-``text_projection``, the flat model a ``composition_transformer`` without either). The model is
+and ``hyper_parameters`` (``model``: the config dataclass as plain values; ``kind``: the model's registry
+name). Which model a checkpoint holds follows from those (:func:`composer.models.registry.spec_of_checkpoint`:
+``kind``, or for a checkpoint written before every module recorded it, the weights' top-level parts:
+COMPOSER has a ``predicate_transformer``, VSE a ``text_projection``, the flat model a
+``composition_transformer`` without either). The model is
 rebuilt from its config without loading pretrained text weights (the checkpoint holds them all). The
 run's data settings, when its ``results.json`` sits beside the checkpoint directory, come along (the
 number of regions it was trained with, for instance).
 
 :func:`load_composer` is the COMPOSER-only form the evaluation programs use; :func:`export_pretrained`
-turns a checkpoint into a directory that :func:`composer.pretrained.load_pretrained` reads without
+turns a checkpoint into a directory that :func:`composer.models.registry.load_pretrained` reads without
 Lightning, pickle or the original text model.
 """
 
@@ -26,18 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from composer.config import ComposerConfig
-from composer.factory import CLIP_FAMILY
-from composer.modeling.composer import Composer
-from composer.pretrained import config_from_dict, load_state_checked, model_class
+from composer.models import registry
+from composer.models.common.pretrained import config_from_dict, load_state_checked
+from composer.models.composer.config import ComposerConfig
+from composer.models.composer.model import Composer
 
 __all__ = ["LoadedCheckpoint", "LoadedComposer", "export_pretrained", "load_checkpoint", "load_composer"]
 
 log = logging.getLogger(__name__)
-
-# the LightningModule class of each model type, for messages
-MODULES = {"composer": "ComposerModule", "vse": "VSEModule", "flat": "FlatModule", "clip": "ClipModule"}
-
 
 @dataclass
 class LoadedCheckpoint:
@@ -46,8 +43,8 @@ class LoadedCheckpoint:
     Attributes:
         model: the model (:class:`Composer`, ``VSE``, ``FlatCrossTransformer`` or ``ClipModel``).
         config: its configuration dataclass.
-        model_type: ``"composer"``, ``"vse"``, ``"flat"`` or ``"clip"`` (:data:`composer.pretrained.MODEL_TYPES`).
-        kind: the model's name in :data:`composer.factory.MODELS` (the CLIP family's ``kind``; else ``model_type``).
+        model_type: the saved family (``"composer"``, ``"vse"``, ``"flat"`` or ``"clip"``: ``ModelSpec.family``).
+        kind: the model's name in :mod:`composer.models.registry`.
         path: the checkpoint file.
         epoch, global_step: where training was when it was saved (None if not recorded).
         run_data: the run's ``DataConfig`` as a dict, from ``results.json`` next to ``checkpoints/``
@@ -108,20 +105,6 @@ def _checkpoint_file(path: str | Path) -> Path:
     return path
 
 
-def _model_type(hparams: dict, state: dict[str, torch.Tensor]) -> str | None:
-    """The model type a checkpoint's hyperparameters and weights say; None if they fit none."""
-    if hparams.get("kind") in CLIP_FAMILY:
-        return "clip"
-    parts = {k.split(".")[1] for k in state if k.startswith("model.") and k.count(".") >= 2}
-    if "predicate_transformer" in parts:
-        return "composer"
-    if "text_projection" in parts:
-        return "vse"
-    if "composition_transformer" in parts:
-        return "flat"
-    return None
-
-
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> LoadedCheckpoint:
     """Rebuild the model of a ComposerModule, VSEModule, FlatModule or ClipModule checkpoint (a ``.ckpt``
     file, or a run directory: its reported weights, ``best.ckpt`` or else ``last.ckpt``, also under
@@ -133,31 +116,31 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         raise ValueError(f"cannot load {file} as a weights-only checkpoint: {err}") from err
     hparams = ckpt.get("hyper_parameters") or {}
     state = ckpt.get("state_dict") or {}
-    model_type = _model_type(hparams, state) if "model" in hparams else None
-    if model_type is None:
+    spec = registry.spec_of_checkpoint(hparams, set(state)) if "model" in hparams else None
+    if spec is None:
         raise ValueError(f"{file} is not a ComposerModule checkpoint (nor a VSEModule, FlatModule or ClipModule "
                          f"one): it has keys {sorted(ckpt)}, hyper_parameters {sorted(hparams)} and weights "
                          f"{sorted(state)[:5]} (expected 'state_dict' with the model's weights under 'model.' and "
                          f"hyper_parameters['model'])")
-    cls = model_class(model_type)
+    cls = registry.resolve(spec.model)
     extras: dict[str, Any] = {}
-    if model_type == "clip":  # the weights say whether there is a codebook (il_clip may have none)
-        extras = {"use_codebook": any(k.startswith("model.codebook.") for k in state), "kind": hparams["kind"]}
+    if spec.checkpoint_extras is not None:  # e.g. the CLIP family: whether the weights hold a codebook
+        extras = registry.resolve(spec.checkpoint_extras)(hparams, state)
     try:
         cfg = config_from_dict(cls.config_class, hparams["model"])
         model = cls.build_for_weights(cfg, extras)
     except ValueError as err:
         raise ValueError(f"{file}: hyper_parameters['model'] does not make a {cls.__name__}: {err}") from err
     weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
-    load_state_checked(model, weights, f"{file} ({MODULES[model_type]} checkpoint)")
+    load_state_checked(model, weights, f"{file} ({registry.resolve(spec.module).__name__} checkpoint)")
     model.eval()
     run_data = None
     results = file.parent.parent / "results.json"
     if file.parent.name == "checkpoints" and results.is_file():
         run_data = json.loads(results.read_text()).get("config", {}).get("data")
-    log.info("loaded a %s checkpoint %s (epoch %s, step %s)", model_type, file, ckpt.get("epoch"),
+    log.info("loaded a %s checkpoint %s (epoch %s, step %s)", spec.name, file, ckpt.get("epoch"),
              ckpt.get("global_step"))
-    return LoadedCheckpoint(model=model, config=cfg, model_type=model_type, kind=hparams.get("kind", model_type),
+    return LoadedCheckpoint(model=model, config=cfg, model_type=spec.family, kind=spec.name,
                             path=file, epoch=ckpt.get("epoch"), global_step=ckpt.get("global_step"),
                             run_data=run_data)
 
@@ -165,8 +148,9 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
 def load_composer(path: str | Path, *, map_location: str | torch.device = "cpu") -> LoadedComposer:
     """Rebuild the :class:`Composer` of a ComposerModule checkpoint (a ``.ckpt`` file or a run directory)."""
     loaded = load_checkpoint(path, map_location=map_location)
-    if loaded.model_type != "composer":
-        raise ValueError(f"{loaded.path} is a {MODULES[loaded.model_type]} checkpoint ({loaded.kind}), not a "
+    if not isinstance(loaded.model, Composer):
+        module = registry.resolve(registry.get(loaded.kind).module).__name__
+        raise ValueError(f"{loaded.path} is a {module} checkpoint ({loaded.kind}), not a "
                          f"ComposerModule one: load it with composer.training.checkpoint.load_checkpoint")
     return LoadedComposer(loaded.model, loaded.config, loaded.path, loaded.epoch, loaded.global_step,
                           loaded.run_data)

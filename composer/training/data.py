@@ -18,7 +18,7 @@ every one of its images, which no per-batch metric can do. The validation (test)
 therefore the whole evaluation set, a :class:`composer.evaluation.sentence_retrieval.SentenceRetrievalSet`
 (image ids, caption programs, each caption's image, and a reader for the regions, called only where the
 set is scored); the LightningModule scores it at the end of the epoch on one process
-(:class:`composer.training.composer_module.RetrievalModule`).
+(:class:`composer.models.common.retrieval_module.RetrievalModule`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from composer.evaluation.eval_sets import EvalImages, select_eval_images
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 
 __all__ = ["DataConfig", "CompositionDataModule", "TrainBatch", "EvalImages", "EpochBatchSampler"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import lightning as L
 import torch
 
-from composer.config import plain_config
+from composer.models.common.config import plain_config
 from composer.provenance import git_sha
 from composer.training.data import CompositionDataModule
 from composer.training.recipes import TrainingRecipe, build_module

@@ -1,10 +1,11 @@
-"""Training recipes: the named configurations of every model, and typed overrides on top of them.
+"""Training recipes: a model's named configuration, and typed overrides on top of it.
 
 A :class:`TrainingRecipe` is everything that decides one training run before the data are read (the
-region feature size comes from the store). Named configurations (:data:`NAMED`, per model and dataset)
-hold only what differs from the defaults: ``OptimConfig``'s and ``DataConfig``'s, and the model config's
-paper values. :class:`RecipeOverrides` changes any of it with typed values, never argv strings: the
-command-line scripts and the study build one and call :func:`named_recipe`.
+region feature size comes from the store). Named configurations (each model's
+:attr:`composer.models.registry.ModelSpec.named_recipes`, per dataset) hold only what differs from the
+defaults: ``OptimConfig``'s and ``DataConfig``'s, and the model config's paper values.
+:class:`RecipeOverrides` changes any of it with typed values, never argv strings: the command-line scripts
+and the study build one and call :func:`named_recipe`.
 
 >>> r = named_recipe("composer", "world")
 >>> r.preset, r.optim.lr, r.data.batch_size, r.val_every
@@ -22,54 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from composer.factory import CLIP_FAMILY, check_model, model_config
-from composer.training.composer_module import OptimConfig
+from composer.models import registry
+from composer.models.common.retrieval_module import OptimConfig
 from composer.training.data import DataConfig
 from composer.training.plateau import PlateauConfig
 
-__all__ = ["NAMED", "RecipeOverrides", "TrainingRecipe", "build_module", "named_recipe"]
-
-# The generated world's data settings, shared by every model.
-_WORLD_DATA = {"max_regions": 14, "eval_images": 100, "world_images": 3000}
-
-# COMPOSER on the world: 375 steps per epoch, a 150-step warm-up to 5e-4, /10 for the last epoch, gradients
-# clipped at 1 (docs/composer.md, "Learning from scratch": the paper's 4e-5 leaves a random-init model at
-# chance). Validation (100 images x 500 captions, full cross-scoring: ~1 min on 2 cores) once, after the
-# last epoch, so that generation + graph + training + test fit the README's 15 minutes.
-_COMPOSER_WORLD = {**_WORLD_DATA, "preset": "small", "epochs": 3, "lr": 5e-4, "warmup_epochs": 0.4,
-                   "decay_epochs": (2,), "grad_clip": 1.0, "batch_size": 32, "val_every": 3}
-
-# model -> dataset -> settings (only the differences from the defaults)
-NAMED: dict[str, dict[str, dict[str, Any]]] = {
-    "composer": {
-        "world": _COMPOSER_WORLD,
-        # the paper preset's text model is bert-base-uncased; naming it here would also impose it on
-        # --preset small / offline / tiny, whose widths it does not fit
-        "f30k": {"preset": "paper"},
-        "coco": {"preset": "paper"},
-    },
-    "vse": {
-        # two towers meeting in a dot product: cheap, so a larger batch and step than COMPOSER's
-        "world": {**_WORLD_DATA, "preset": "small", "batch_size": 64, "epochs": 2, "lr": 1e-3,
-                  "warmup_epochs": 0.2, "decay_epochs": ()},
-        "f30k": {"preset": "paper"},   # 12 BERT layers from bert-base-uncased (Appendix C)
-        "coco": {"preset": "paper"},
-    },
-    "flat": {  # COMPOSER's world settings: the two cross-attention models compare like for like
-        "world": _COMPOSER_WORLD,
-        "f30k": {"preset": "paper"},   # COMPOSER's width and depth (PT 6 + CT 5), flat
-        "coco": {"preset": "paper"},
-    },
-    # the CLIP family's schedule is in steps (ILConfig, Table 5 of Zheng et al.), not epochs
-    **{kind: {
-        "world": {**_WORLD_DATA, "preset": "small", "batch_size": 64},    # il_config("small"): 1,800 steps
-        "f30k": {"preset": "paper"},
-        "coco": {"preset": "paper"},
-    } for kind in CLIP_FAMILY},
-}
-# Model size when the dataset has no named configuration (a caption file) and no preset is given.
-FALLBACK_PRESET = {"composer": "offline", "vse": "offline", "flat": "offline",
-                   **{kind: "paper" for kind in CLIP_FAMILY}}
+__all__ = ["RecipeOverrides", "TrainingRecipe", "build_module", "named_recipe"]
 
 
 @dataclass
@@ -133,12 +92,13 @@ class TrainingRecipe:
     """One training run's settings, before the data are read.
 
     Attributes:
-        model: a name of :data:`composer.factory.MODELS`; dataset: ``world``, ``f30k``, ``coco`` or a file.
-        preset, model_overrides: the model config (:func:`composer.factory.model_config`) less the
+        model: a name in :mod:`composer.models.registry`; dataset: ``world``, ``f30k``, ``coco`` or a file.
+        preset, model_overrides: the model config (:meth:`composer.models.registry.ModelSpec.make_config`) less the
             region size, which the feature store fixes.
         optim, data: the optimisation and data configs.
-        il: the CLIP family's :class:`composer.baselines.iterated_learning.ILConfig`, else None.
-        mvsa_concepts: the flat model's MVSA phrases per caption, else None.
+        il: the step schedule (the CLIP family's :class:`composer.models.clip.iterated_learning.ILConfig`) of
+            a model trained for a number of steps (``ModelSpec.step_schedule``), else None.
+        mvsa_concepts: MVSA phrases per caption of a model with text-level MVSA (the flat model), else None.
         val_every: epochs between validations.
         plateau: validation cadence in positives, patience and budget (:class:`PlateauConfig`; off by default).
     """
@@ -156,40 +116,37 @@ class TrainingRecipe:
 
     def model_config(self, region_dim: int):
         """The model's config dataclass, its region feature size fixed by the store."""
-        return model_config(self.model, self.preset, self.model_overrides, region_dim=region_dim)
+        return registry.get(self.model).make_config(self.preset, self.model_overrides, region_dim=region_dim)
 
 
 def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides | None = None) -> TrainingRecipe:
     """The named configuration of (``model``, ``dataset``) with ``overrides`` applied."""
-    check_model(model)
+    spec = registry.get(model)
     o = overrides or RecipeOverrides()
-    named = NAMED[model].get(dataset, {})
+    named = spec.named_recipes.get(dataset, {})
 
     def pick(key: str, default=None):
         value = getattr(o, key, None)
         return value if value is not None else named.get(key, default)
 
-    if o.hard_negative_captions and model not in ("composer", "flat"):
+    if o.hard_negative_captions and not spec.sampled_negatives:
         raise ValueError(f"{model!r} contrasts the batch's positive pairs only: sampled (hard) caption negatives "
                          "do not reach its loss")
-    preset = pick("preset", FALLBACK_PRESET[model])
+    preset = pick("preset", spec.fallback_preset)
     model_overrides = dict(o.model)
     il = None
-    if model in CLIP_FAMILY:
-        from composer.baselines.iterated_learning import il_config
-
+    if spec.step_schedule is not None:
         if o.text_model or o.epochs is not None:
-            raise ValueError("the CLIP family trains from scratch on a step schedule: text_model and epochs do "
-                             "not apply (use the IL preset, lr and max_steps)")
+            raise ValueError(f"{model!r} trains from scratch on a step schedule: text_model and epochs do not apply "
+                             "(use the IL preset, lr and max_steps)")
         il_preset = o.il_preset or ("small" if preset in ("small", "tiny") else "paper")
-        il = il_config(il_preset, **({"lr": o.lr} if o.lr is not None else {}), **o.il)
-
+        il = registry.resolve(spec.step_schedule)(il_preset, **({"lr": o.lr} if o.lr is not None else {}), **o.il)
     else:
         text_model = pick("text_model")
         if text_model is not None:
             model_overrides["text_model"] = text_model
         # fail here, not after the data are read, on a field the model's config does not have
-        model_config(model, preset, model_overrides)
+        spec.make_config(preset, model_overrides)
     data = DataConfig(data=dataset, captions=o.captions, features=o.features, seed=o.seed,
                       batch_size=pick("batch_size", 64), max_regions=pick("max_regions", 100),
                       eval_images=pick("eval_images", 1000), num_workers=o.num_workers,
@@ -201,20 +158,20 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                       prune_seed=o.prune_seed, parser=o.parser, parser_model=o.parser_model,
                       hard_negative_captions=pick("hard_negative_captions", 0))
     # COMPOSER trains with all three losses unless told; the flat model adds MVSA on request (Table 5)
-    use_mvsa = o.use_mvsa if o.use_mvsa is not None else model == "composer"
-    use_order = o.use_order if o.use_order is not None else model == "composer"
-    if model not in ("composer", "flat") and (o.use_mvsa or o.use_order):
+    use_mvsa = o.use_mvsa if o.use_mvsa is not None else "mvsa" in spec.default_losses
+    use_order = o.use_order if o.use_order is not None else "order" in spec.default_losses
+    if (o.use_mvsa or o.use_order) and not spec.losses or o.use_mvsa and "mvsa" not in spec.losses:
         raise ValueError(f"MVSA and the order loss need concept scores: {model!r} has none")
-    if model != "composer" and o.use_order:
-        raise ValueError("the order loss needs COMPOSER's concept hierarchy; the flat model has none")
+    if o.use_order and "order" not in spec.losses:
+        raise ValueError(f"the order loss needs COMPOSER's concept hierarchy; {model!r} has none")
     optim = OptimConfig(lr=pick("lr", 4e-5), epochs=pick("epochs", 20), warmup_epochs=named.get("warmup_epochs", 2.0),
                         decay_epochs=tuple(named.get("decay_epochs", (10, 15))), grad_clip=pick("grad_clip", 0.0),
                         use_mvsa=use_mvsa, use_order=use_order)
     mvsa_concepts = None
-    if model == "flat":
-        mvsa_concepts = o.mvsa_concepts or 2
+    if spec.mvsa_concepts is not None:
+        mvsa_concepts = o.mvsa_concepts or spec.mvsa_concepts
     elif o.mvsa_concepts is not None:
-        raise ValueError("mvsa_concepts applies to the flat model only")
+        raise ValueError(f"mvsa_concepts applies to a model with text-level MVSA (the flat model), not {model!r}")
     return TrainingRecipe(model=model, dataset=dataset, preset=preset, model_overrides=model_overrides,
                           optim=optim, data=data, il=il, mvsa_concepts=mvsa_concepts,
                           val_every=pick("val_every", 1),
@@ -223,21 +180,8 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                                                 max_positives=pick("max_positives")))
 
 
-def build_module(recipe: TrainingRecipe, model_cfg):
-    """The LightningModule that trains ``recipe.model`` with config ``model_cfg``."""
-    seed = recipe.data.seed
-    if recipe.model == "composer":
-        from composer.training.composer_module import ComposerModule
-
-        return ComposerModule(model_cfg, recipe.optim, seed=seed)
-    if recipe.model == "vse":
-        from composer.training.baseline_modules import VSEModule
-
-        return VSEModule(model_cfg, recipe.optim, seed=seed)
-    if recipe.model == "flat":
-        from composer.training.baseline_modules import FlatModule
-
-        return FlatModule(model_cfg, recipe.optim, seed=seed, mvsa_concepts=recipe.mvsa_concepts)
-    from composer.training.clip_module import ClipModule
-
-    return ClipModule(recipe.model, model_cfg, recipe.il, recipe.optim, seed=seed)
+def build_module(recipe: TrainingRecipe, model_cfg, *, load_pretrained: bool = True):
+    """The LightningModule that trains ``recipe.model`` with config ``model_cfg`` (its registry entry's;
+    ``load_pretrained``: the text encoder's pretrained weights where the config names them)."""
+    module = registry.resolve(registry.get(recipe.model).module)
+    return module.from_recipe(recipe, model_cfg, load_pretrained=load_pretrained)

@@ -36,13 +36,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from composer.models.common.config import named_config
 
 __all__ = ["DISTILL_TARGETS", "PHASES", "SPAWN_TARGETS", "ContrastiveOutput", "ILConfig", "ILPhase",
            "clip_contrastive_loss", "distillation_loss", "il_config", "spawn", "swap_two_words"]
@@ -197,19 +199,12 @@ def il_config(preset: str = "small", **overrides: Any) -> ILConfig:
     >>> il_config("small").total_steps, il_config("paper").total_steps
     (1800, 72000)
     """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown ILConfig preset {preset!r}; available: {sorted(PRESETS)}")
-    values = {**PRESETS[preset](), **overrides}
-    known = {f.name for f in fields(ILConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"ILConfig has no field(s) {unknown}; fields: {sorted(known)}")
-    return replace(ILConfig(), **values)
+    return named_config(ILConfig, PRESETS, preset, overrides)
 
 
 # ---------------------------------------------------------------------- spawn
 def spawn(model: nn.Module, which: str, generator: torch.Generator) -> nn.Module:
-    """Re-initialise one agent of a :class:`composer.baselines.clip.ClipModel` in place; return the old
+    """Re-initialise one agent of a :class:`composer.models.clip.model.ClipModel` in place; return the old
     agent as a frozen, eval-mode teacher for the distillation phase.
 
     The codebook, the temperature and the other agent are left as they are.

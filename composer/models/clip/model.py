@@ -1,7 +1,7 @@
 """A CLIP-style dual encoder over region features: the vision and language agents of IL-CLIP.
 
 Zheng et al. (2024) train CLIP (Radford et al., 2021) as a Lewis signalling game between two agents
-(§3.1), optionally through a shared codebook (§3.2, :mod:`composer.baselines.codebook`):
+(§3.1), optionally through a shared codebook (§3.2, :mod:`composer.models.clip.codebook`):
 
 * **vision agent** -- a pre-LayerNorm transformer over the image's visual tokens. The paper's agent
   is a ViT-B/32 over pixel patches; every model in this library reads detector regions instead, so
@@ -9,7 +9,7 @@ Zheng et al. (2024) train CLIP (Radford et al., 2021) as a Lewis signalling game
   summed), with a learnable ``[CLS]`` token in front. No position embedding: regions are a set and
   their geometry says where they are. The pooled output is ``[CLS]`` after the last LayerNorm.
 * **language agent** -- CLIP's text transformer over MiniLM-vocabulary WordPiece ids
-  (``[CLS] caption [SEP]``, from :class:`composer.modeling.predicate_transformer.TemplateTokenizer`, so
+  (``[CLS] caption [SEP]``, from :class:`composer.models.composer.predicate_transformer.TemplateTokenizer`, so
   that every model here shares one vocabulary), learned position embeddings, **causal**
   self-attention as in CLIP (the paper's language agent "is the same basic transformer
   architecture as the text encoder in CLIP"), pooled at the end-of-text token (``[SEP]``, CLIP's
@@ -30,20 +30,22 @@ import copy
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer.baselines.codebook import Codebook
-from composer.modeling.composer import check_visual_inputs
-from composer.modeling.predicate_transformer import TemplateTokenizer
-from composer.pretrained import PretrainedModel
-from composer.program import ProgramBatch
+from composer.models.clip.codebook import Codebook
+from composer.models.common.config import named_config
+from composer.models.composer.model import check_visual_inputs
+from composer.models.composer.predicate_transformer import TemplateTokenizer
+from composer.models.common.pretrained import PretrainedModel
+from composer.models.composer.program import ProgramBatch
 
 __all__ = [
+    "KINDS",
     "PRESETS",
     "AgentOutput",
     "ClipConfig",
@@ -51,10 +53,17 @@ __all__ = [
     "LanguageAgent",
     "VisionAgent",
     "agent_generator",
+    "build_clip",
+    "build_codebook_clip",
+    "build_il_clip",
+    "checkpoint_extras",
     "clip_config",
 ]
 
 log = logging.getLogger(__name__)
+
+# how a ClipModel was trained (its registry names): the model is the same, with or without the codebook
+KINDS = ("clip", "codebook_clip", "il_clip")
 
 
 @dataclass
@@ -140,14 +149,7 @@ def clip_config(preset: str = "small", **overrides: Any) -> ClipConfig:
     ...
     ValueError: unknown ClipConfig preset 'vit'; available: ['paper', 'small', 'tiny']
     """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown ClipConfig preset {preset!r}; available: {sorted(PRESETS)}")
-    values = {**PRESETS[preset](), **overrides}
-    known = {f.name for f in fields(ClipConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"ClipConfig has no field(s) {unknown}; fields: {sorted(known)}")
-    return replace(ClipConfig(), **values)
+    return named_config(ClipConfig, PRESETS, preset, overrides)
 
 
 def agent_generator(seed: int, salt: int) -> torch.Generator:
@@ -164,7 +166,7 @@ def _normal_(param: torch.Tensor, std: float, generator: torch.Generator | None)
 class _Block(nn.Module):
     """CLIP's residual attention block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))`` (pre-LayerNorm).
 
-    Pre-LN (CLIP, ViT) rather than the post-LN BERT layer of :mod:`composer.modeling.attention`: the agents
+    Pre-LN (CLIP, ViT) rather than the post-LN BERT layer of :mod:`composer.models.composer.attention`: the agents
     are trained from scratch with a large learning rate, where pre-LN is the stable choice.
     """
 
@@ -320,13 +322,13 @@ class LanguageAgent(nn.Module):
 class ClipModel(PretrainedModel, nn.Module):
     """Vision agent, language agent, optional shared codebook, learnable temperature.
 
-    ``score_pairs`` has :meth:`composer.modeling.composer.Composer.score_pairs`'s signature (the evaluation's
+    ``score_pairs`` has :meth:`composer.models.composer.model.Composer.score_pairs`'s signature (the evaluation's
     interface); :meth:`encode_images` / :meth:`encode_texts` give unit embeddings for one matrix
     product over all pairs (what a dual encoder is for).
 
     ``kind`` records how it was trained (``"clip"``, ``"codebook_clip"``, ``"il_clip"``; None = not said):
     IL-CLIP's model is codebook-CLIP's (or CLIP's, without the codebook), so only the training tells
-    them apart. ``save_pretrained`` writes it and ``use_codebook`` beside the config (:mod:`composer.pretrained`).
+    them apart. ``save_pretrained`` writes it and ``use_codebook`` beside the config (:mod:`composer.models.common.pretrained`).
     """
 
     model_type = "clip"
@@ -334,11 +336,9 @@ class ClipModel(PretrainedModel, nn.Module):
     extra_keys = ("use_codebook", "kind")
 
     def __init__(self, cfg: ClipConfig, *, use_codebook: bool, seed: int = 0, kind: str | None = None):
-        from composer.factory import CLIP_FAMILY
-
-        if kind is not None and (kind not in CLIP_FAMILY or (kind == "clip" and use_codebook)
+        if kind is not None and (kind not in KINDS or (kind == "clip" and use_codebook)
                                  or (kind == "codebook_clip" and not use_codebook)):
-            raise ValueError(f"ClipModel kind={kind!r} with use_codebook={use_codebook}: kind is one of {CLIP_FAMILY} "
+            raise ValueError(f"ClipModel kind={kind!r} with use_codebook={use_codebook}: kind is one of {KINDS} "
                              f"(or None); 'clip' has no codebook, 'codebook_clip' has one, 'il_clip' either")
         super().__init__()
         self.config = cfg
@@ -465,3 +465,24 @@ class ClipModel(PretrainedModel, nn.Module):
         teacher.requires_grad_(False)
         return teacher.eval()
 
+
+# ---------------------------------------------------------------------- the registry's builders
+def build_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
+    """CLIP without a codebook (``load_pretrained``: unused, the agents start from random weights)."""
+    return ClipModel(cfg, use_codebook=False, seed=seed, kind="clip")
+
+
+def build_codebook_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
+    """Codebook-CLIP (§3.2)."""
+    return ClipModel(cfg, use_codebook=True, seed=seed, kind="codebook_clip")
+
+
+def build_il_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
+    """IL-CLIP's model: codebook-CLIP's (its Table 4 ablation without a codebook is ``build_clip``'s)."""
+    return ClipModel(cfg, use_codebook=True, seed=seed, kind="il_clip")
+
+
+def checkpoint_extras(hparams: dict[str, Any], weights: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """What :meth:`ClipModel.build_for_weights` needs from a ClipModule checkpoint: the weights say whether
+    there is a codebook (an IL-CLIP run may have none), the hyperparameters how it was trained."""
+    return {"use_codebook": any(k.startswith("model.codebook.") for k in weights), "kind": hparams["kind"]}

@@ -20,8 +20,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from composer.modeling.attention import init_bert_weights
-from composer.config import MODULATORS, ComposerConfig
+from composer.models.composer.attention import init_bert_weights
+from composer.models.composer.config import MODULATORS, ComposerConfig
 
 __all__ = ["MLP", "Modulator", "film_modulate"]
 

@@ -18,8 +18,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from composer.modeling.attention import TransformerLayer, VisualEmbedding, init_bert_weights
-from composer.config import ComposerConfig
+from composer.models.composer.attention import TransformerLayer, VisualEmbedding, init_bert_weights
+from composer.models.composer.config import ComposerConfig
 
 __all__ = ["PrimitiveEncoder", "masked_mean"]
 

@@ -26,12 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer.config import TextConfig, VisualConfig, composer_config
-from composer.config import _apply as apply_overrides  # the same nested-dict override rules as COMPOSER's
-from composer.modeling.composer import check_visual_inputs
-from composer.modeling.predicate_transformer import PredicateTransformer, TemplateTokenizer
-from composer.pretrained import PretrainedModel
-from composer.program import ProgramBatch
+from composer.models.common.config import apply_overrides, preset_values
+from composer.models.composer.config import TextConfig, VisualConfig, composer_config
+from composer.models.composer.model import check_visual_inputs
+from composer.models.composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
+from composer.models.common.pretrained import PretrainedModel
+from composer.models.composer.program import ProgramBatch
 
 __all__ = [
     "HINGE_NEGATIVES",
@@ -118,13 +118,12 @@ def vse_config(preset: str = "offline", **overrides: Any) -> VSEConfig:
     >>> cfg.text.hidden_size, cfg.text_layers, cfg.image_pool, cfg.loss.negatives, cfg.text_model
     (128, 2, 'max', 'hardest', None)
     """
-    if preset not in VSE_PRESETS:
-        raise ValueError(f"unknown VSE preset {preset!r}; available: {sorted(VSE_PRESETS)}")
+    sizes = preset_values(VSE_PRESETS, preset, "VSEConfig")
     text_side = composer_config(preset)
     # the text encoder at the checkpoint's width (COMPOSER's PT sizes); text_projection maps it to embed_dim
     cfg = VSEConfig(text_model=text_side.text_model, tokenizer=text_side.tokenizer,
                     text=text_side.pt_text or text_side.text,
-                    visual=text_side.visual, **VSE_PRESETS[preset])
+                    visual=text_side.visual, **sizes)
     overrides = copy.deepcopy(overrides)
     if "text_model" in overrides and "tokenizer" not in overrides:
         overrides["tokenizer"] = overrides["text_model"]  # the vocabulary follows the weights
@@ -195,7 +194,7 @@ class RegionMLP(nn.Module):
 class VSE(PretrainedModel, nn.Module):
     """Two towers meeting in a cosine similarity; see the module docstring.
 
-    ``save_pretrained(directory)`` / ``VSE.from_pretrained(directory)``: :mod:`composer.pretrained`.
+    ``save_pretrained(directory)`` / ``VSE.from_pretrained(directory)``: :mod:`composer.models.common.pretrained`.
     """
 
     model_type = "vse"

@@ -7,13 +7,13 @@ used: every other caption and image of the batch is a negative, as in CLIP):
 * ``clip`` -- the dual encoder, no codebook;
 * ``codebook_clip`` -- representations through the shared sparse codebook (§3.2);
 * ``il_clip`` -- codebook-CLIP with iterated learning (§3.3): the phase of each step is a pure
-  function of the global step (:meth:`composer.baselines.iterated_learning.ILConfig.phase_at`); at the first
+  function of the global step (:meth:`composer.models.clip.iterated_learning.ILConfig.phase_at`); at the first
   step of each generation the language agent is re-initialised (its AdamW moments cleared), the old
   one kept as a frozen teacher for the distillation phase, then dropped.
 
-Optimiser and schedule come from :class:`composer.baselines.iterated_learning.ILConfig` (Table 5: AdamW 5e-4,
+Optimiser and schedule come from :class:`composer.models.clip.iterated_learning.ILConfig` (Table 5: AdamW 5e-4,
 weight decay 0.1, betas (0.9, 0.98), cosine with a warm-up per generation) for all three kinds; of
-:class:`composer.training.composer_module.OptimConfig` only ``grad_clip`` (read by the Trainer) applies. Set the
+:class:`composer.models.common.retrieval_module.OptimConfig` only ``grad_clip`` (read by the Trainer) applies. Set the
 trainer's ``max_steps`` to ``il.total_steps``.
 
 Exact resume: the schedule and the phase follow ``global_step``; the spawned agent's weights come
@@ -32,10 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from composer.baselines.clip import ClipConfig, ClipModel, agent_generator
-from composer.evaluation.sentence_retrieval import SentenceRetrievalSet
-from composer.training.data import TrainBatch
-from composer.baselines.iterated_learning import (
+from composer.models.clip.model import KINDS, ClipConfig, ClipModel, agent_generator
+from composer.models.clip.iterated_learning import (
     ILConfig,
     ILPhase,
     clip_contrastive_loss,
@@ -43,13 +41,12 @@ from composer.baselines.iterated_learning import (
     spawn,
     swap_two_words,
 )
-from composer.training.composer_module import OptimConfig, RetrievalModule, fused_optimizer_supported
+from composer.models.common.retrieval_module import OptimConfig, RetrievalModule, fused_optimizer_supported
 
-__all__ = ["KINDS", "ClipModule", "ProbeCurve", "StepLoss"]
+__all__ = ["ClipModule", "ProbeCurve", "StepLoss"]
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("clip", "codebook_clip", "il_clip")
 PHASE_CODE = {"warmup": 0, "distill": 1, "interact": 2}  # logged as numbers (loggers take scalars)
 _PROBE_SALT = 7_777_777  # the probe's new language agent: the same initial weights in every probe run
 
@@ -85,7 +82,7 @@ class _Teacher:
 
 
 class ClipModule(RetrievalModule):
-    """Trains a :class:`composer.baselines.clip.ClipModel` as ``kind`` in :data:`KINDS`."""
+    """Trains a :class:`composer.models.clip.model.ClipModel` as ``kind`` in :data:`KINDS`."""
 
     def __init__(self, kind: str, model_cfg: ClipConfig, il: ILConfig, optim: OptimConfig, *,
                  eval_max_pairs: int = 4096, seed: int = 0):
@@ -102,6 +99,12 @@ class ClipModule(RetrievalModule):
         self._teacher: _Teacher | None = None
         self.save_hyperparameters({"kind": kind, "model": asdict(model_cfg), "il": asdict(il),
                                    "optim": asdict(optim), "seed": seed})
+
+    @classmethod
+    def from_recipe(cls, recipe, model_cfg, *, load_pretrained: bool = True) -> ClipModule:
+        """The module of ``recipe.model`` (the kind) on its step schedule ``recipe.il`` (``load_pretrained``:
+        unused, the agents start from random weights)."""
+        return cls(recipe.model, model_cfg, recipe.il, recipe.optim, seed=recipe.data.seed)
 
     # ------------------------------------------------------------------ schedule
     @property
@@ -143,7 +146,7 @@ class ClipModule(RetrievalModule):
                     "frozen" if self.il.freeze_codebook and self.model.codebook is not None else "trained")
         return which
 
-    def step_loss(self, batch: TrainBatch, phase: ILPhase, step: int) -> StepLoss:
+    def step_loss(self, batch, phase: ILPhase, step: int) -> StepLoss:
         """The loss of one step in ``phase`` (no side effects: spawning is :meth:`spawn_generation`)."""
         zero = self.model.logit_scale.new_zeros(())
         if phase.phase != "distill":
@@ -175,7 +178,7 @@ class ClipModule(RetrievalModule):
             contrastive, i2t, t2i = out.loss, out.image_to_text, out.text_to_image
         return StepLoss(total, contrastive, distill, i2t, t2i)
 
-    def contrastive(self, model: ClipModel, batch: TrainBatch, step: int, *, frozen_codebook: bool = False):
+    def contrastive(self, model: ClipModel, batch, step: int, *, frozen_codebook: bool = False):
         """CLIP's InfoNCE over the batch's B positive pairs (+ NegCLIP swaps when configured)."""
         pos_image, pos_caption = batch.pair_image[:, 0].long(), batch.pair_caption[:, 0].long()   # (B,), (B,)
         images, image_slot = torch.unique(pos_image, return_inverse=True)
@@ -201,7 +204,7 @@ class ClipModule(RetrievalModule):
                                      hard_valid=hard_valid)
 
     # ------------------------------------------------------------------ Lightning hooks
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         step = int(self.global_step)
         phase = self.phase_at(step)
         if self.iterated and self.il.is_spawn_step(step):
@@ -245,7 +248,7 @@ class ClipModule(RetrievalModule):
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def retrieval_scores(self, eval_set: SentenceRetrievalSet) -> tuple[np.ndarray, float]:
+    def retrieval_scores(self, eval_set) -> tuple[np.ndarray, float]:
         """``(scores (C, I), seconds)`` by one matrix product of unit embeddings (each image and caption
         encoded once; equal to cross-scoring with ``score_pairs``, which the tests check)."""
         regions, geometry, mask = (t.to(self.device) for t in eval_set.read_regions())
@@ -301,13 +304,13 @@ def _adamw(module: nn.Module, il: ILConfig, *, lr: float | None = None) -> torch
                              lr=lr or il.lr, betas=il.betas, eps=il.eps, fused=fused_optimizer_supported(params))
 
 
-def _sentences(batch: TrainBatch, captions) -> list[str]:
+def _sentences(batch, captions) -> list[str]:
     """The sentences (program roots) of caption slots ``captions`` of the batch."""
     progs = batch.programs.programs
     return [progs[c].texts[progs[c].root] for c in captions]
 
 
-def _primitive_words(batch: TrainBatch, caption: int) -> list[str]:
+def _primitive_words(batch, caption: int) -> list[str]:
     """The caption's CRG primitives (its program's leaves): the words a NegCLIP swap exchanges first."""
     p = batch.programs.programs[caption]
     return [text for text, template in zip(p.texts, p.templates) if template is None]

@@ -1,6 +1,6 @@
 """COMPOSER (Zhang et al., 2021): recursive, visually grounded concept composition.
 
-``Composer.forward`` evaluates Q (image, caption) pairs level by level (:mod:`composer.program`):
+``Composer.forward`` evaluates Q (image, caption) pairs level by level (:mod:`composer.models.composer.program`):
 
 1. the Predicate Transformer encodes each distinct template used by the pairs once (text only);
 2. every (image, primitive) work item goes through the primitive encoder in one call;
@@ -22,14 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
-from composer.config import ComposerConfig
-from composer.modeling.film import Modulator
-from composer.losses import OrderScores
-from composer.modeling.predicate_transformer import PredicateTransformer, TemplateTokenizer
-from composer.modeling.primitive_encoder import PrimitiveEncoder
-from composer.pretrained import PretrainedModel
-from composer.program import ConceptProgram, ExecutionPlan, ProgramBatch, plan_execution
+from composer.models.composer.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
+from composer.models.composer.config import ComposerConfig
+from composer.models.composer.film import Modulator
+from composer.models.composer.losses import OrderScores
+from composer.models.composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
+from composer.models.composer.primitive_encoder import PrimitiveEncoder
+from composer.models.common.pretrained import PretrainedModel
+from composer.models.composer.program import ConceptProgram, ExecutionPlan, ProgramBatch, plan_execution
 
 __all__ = ["Composer", "ComposerOutput", "check_visual_inputs"]
 
@@ -58,7 +58,7 @@ class ComposerOutput:
     num_work_items: int              # distinct (image, sub-tree) computations that were run
 
     def edge_scores(self) -> OrderScores:
-        """Scores of the parent and child of every edge, for :func:`composer.losses.order_loss`."""
+        """Scores of the parent and child of every edge, for :func:`composer.models.composer.losses.order_loss`."""
         return OrderScores(parent=self.node_scores.gather(1, self.edge_parent),
                            child=self.node_scores.gather(1, self.edge_child), mask=self.edge_mask)
 
@@ -95,7 +95,7 @@ def check_visual_inputs(regions: torch.Tensor, geometry: torch.Tensor, region_ma
 class Composer(PretrainedModel, nn.Module):
     """Primitive encoder, Predicate Transformer, modulator, Composition Transformer and scorer (§3).
 
-    ``save_pretrained(directory)`` / ``Composer.from_pretrained(directory)``: :mod:`composer.pretrained`.
+    ``save_pretrained(directory)`` / ``Composer.from_pretrained(directory)``: :mod:`composer.models.common.pretrained`.
     """
 
     model_type = "composer"

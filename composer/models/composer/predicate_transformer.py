@@ -6,7 +6,7 @@ A predicate such as ``[NP] are running on [NP]`` is tokenized as
 
 and passed through BERT's embeddings and its first ``pt_layers`` layers (text only, no image). The
 output at ``[CLS]`` is where the Composition Transformer will later put the composed concept; the
-outputs at the placeholders drive the modulator (:mod:`composer.modeling.film`).
+outputs at the placeholders drive the modulator (:mod:`composer.models.composer.film`).
 
 **Placeholder tokens.** Each placeholder type maps to one of BERT's reserved ``[unusedK]`` entries,
 so the vocabulary (and the pretrained embedding matrix) keeps its size; the entries start untrained
@@ -38,8 +38,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from composer.modeling.attention import TransformerLayer, init_bert_weights
-from composer.config import ComposerConfig, TextConfig
+from composer.models.composer.attention import TransformerLayer, init_bert_weights
+from composer.models.composer.config import ComposerConfig, TextConfig
 
 __all__ = [
     "PLACEHOLDER_TYPES",

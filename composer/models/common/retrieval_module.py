@@ -1,11 +1,13 @@
-"""COMPOSER as a LightningModule: the losses of §3.3 on ViLBERT-style negatives, the paper's schedule,
-and text-to-image retrieval at the end of each validation epoch.
+"""The LightningModule base every model trains with: the paper's schedule, exact-resume random states, and
+text-to-image retrieval at the end of each validation epoch (each model's own module, in its folder, adds
+the training step and its losses).
 
-Retrieval validation and test: the loaders' one batch is the split's evaluation set
-(:class:`composer.evaluation.sentence_retrieval.SentenceRetrievalSet`, from
-:meth:`composer.training.data.CompositionDataModule.retrieval_set`). ``validation_step`` only keeps it;
-``on_validation_epoch_end`` scores it on global rank 0 (every caption against every image) and
-broadcasts the report, so every process logs, checkpoints on and returns the same numbers.
+Retrieval validation and test: the loaders' one batch is the split's evaluation set (a
+``composer.evaluation.sentence_retrieval.SentenceRetrievalSet``, from
+``composer.training.data.CompositionDataModule.retrieval_set``; this module reads it through its methods and
+imports neither). ``validation_step`` only keeps it; ``on_validation_epoch_end`` scores it on global rank 0
+(every caption against every image) and broadcasts the report, so every process logs, checkpoints on and
+returns the same numbers.
 
 Schedule (Appendix C): Adam, learning rate warmed up linearly from 0 to 4e-5 over 2 epochs, divided
 by 10 after epoch 10 and again after epoch 15, 20 epochs, batch 64.
@@ -21,15 +23,9 @@ import lightning as L
 import numpy as np
 import torch
 
-from composer.config import ComposerConfig, plain_config
-from composer.evaluation.sentence_retrieval import SentenceRetrievalSet
-from composer.losses import MVSAScores, OrderScores, composer_loss
-from composer.modeling.composer import Composer
-from composer.negative_sampling import mvsa_scores
 from composer.retrieval import score_matrix
-from composer.training.data import CompositionDataModule, TrainBatch
 
-__all__ = ["OptimConfig", "ComposerModule", "RetrievalModule"]
+__all__ = ["OptimConfig", "RetrievalModule", "fused_optimizer_supported"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +71,7 @@ class RetrievalModule(L.LightningModule):
     """What every model trained here shares: the learning-rate schedule, random states saved in
     checkpoints (exact resume), and text-to-image retrieval at validation and test.
 
-    Subclasses set ``self.model`` (anything with :meth:`composer.modeling.composer.Composer.score_pairs`'s
+    Subclasses set ``self.model`` (anything with :meth:`composer.models.composer.model.Composer.score_pairs`'s
     signature) and ``self.tokenizer``, and implement ``training_step``; they call
     :meth:`mark_trained` in it so that a checkpoint knows which batches were trained on. A model with a
     faster way to score a whole set overrides :meth:`retrieval_scores`.
@@ -93,13 +89,21 @@ class RetrievalModule(L.LightningModule):
         self.eval_max_pairs = eval_max_pairs
         self.seed = seed
         self.results: dict = {}                                # set name ("val", "test", ...) -> its last report
-        self._retrieval_sets: dict[str, SentenceRetrievalSet] = {}  # kept by the steps until the epoch ends
+        self._retrieval_sets: dict = {}  # stage -> its SentenceRetrievalSet, kept by the steps until the epoch ends
+
+    @classmethod
+    def from_recipe(cls, recipe, model_cfg, *, load_pretrained: bool = True) -> RetrievalModule:
+        """The module that trains ``recipe`` (a :class:`composer.training.recipes.TrainingRecipe`) with model
+        config ``model_cfg`` (``load_pretrained``: the text encoder's pretrained weights where the config
+        names them); a model whose module takes more than the config, the optimisation and the seed
+        overrides this."""
+        return cls(model_cfg, recipe.optim, seed=recipe.data.seed, load_pretrained=load_pretrained)
 
     def mark_trained(self, batch_idx: int) -> None:
         """Record the batch as trained on (before the checkpoint callbacks run at the batch's end)."""
-        dm = self.trainer.datamodule
-        if isinstance(dm, CompositionDataModule):
-            dm.mark_trained(self.current_epoch, batch_idx)
+        mark = getattr(self.trainer.datamodule, "mark_trained", None)  # CompositionDataModule's
+        if mark is not None:
+            mark(self.current_epoch, batch_idx)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Adam at the peak rate (the paper's) over the trainable weights; override for another optimiser."""
@@ -128,7 +132,7 @@ class RetrievalModule(L.LightningModule):
     def configure_optimizers(self):
         opt = self.make_optimizer()
         dm = self.trainer.datamodule
-        if isinstance(dm, CompositionDataModule):  # fixed by the data, not by a resumed loader's remaining length
+        if hasattr(dm, "steps_per_epoch"):  # CompositionDataModule: fixed by the data, not by a resumed loader's length
             steps_per_epoch = dm.steps_per_epoch()
         else:
             steps_per_epoch = max(1, self.trainer.estimated_stepping_batches // max(1, self.trainer.max_epochs))
@@ -136,10 +140,10 @@ class RetrievalModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ retrieval evaluation
-    def validation_step(self, batch: SentenceRetrievalSet, batch_idx: int) -> None:
+    def validation_step(self, batch, batch_idx: int) -> None:
         self._keep_retrieval_set("val", batch)
 
-    def test_step(self, batch: SentenceRetrievalSet, batch_idx: int) -> None:
+    def test_step(self, batch, batch_idx: int) -> None:
         self._keep_retrieval_set("test", batch)
 
     def on_validation_epoch_end(self) -> None:
@@ -149,7 +153,7 @@ class RetrievalModule(L.LightningModule):
         self._report_retrieval("test")
 
     def _keep_retrieval_set(self, stage: str, batch) -> None:
-        if not isinstance(batch, SentenceRetrievalSet):
+        if not all(hasattr(batch, a) for a in ("name", "report", "read_regions", "programs")):
             raise TypeError(f"a {stage} batch must be a SentenceRetrievalSet (CompositionDataModule.retrieval_set), "
                             f"got {type(batch).__name__}")
         self._retrieval_sets[stage] = batch
@@ -181,14 +185,14 @@ class RetrievalModule(L.LightningModule):
                       sync_dist=True, reduce_fx="max")
 
     @torch.no_grad()
-    def evaluate_retrieval(self, eval_set: SentenceRetrievalSet) -> dict:
+    def evaluate_retrieval(self, eval_set) -> dict:
         """The set's sentence-retrieval report (:meth:`SentenceRetrievalSet.report`: R@1/5/10, and where the
         dataset knows its truth the any-true protocol and the oracle ceilings) of :meth:`retrieval_scores`."""
         scores, seconds = self.retrieval_scores(eval_set)
         return eval_set.report(scores, seconds=seconds)
 
     @torch.no_grad()
-    def retrieval_scores(self, eval_set: SentenceRetrievalSet) -> tuple[np.ndarray, float]:
+    def retrieval_scores(self, eval_set) -> tuple[np.ndarray, float]:
         """``(scores (C, I), seconds)``: every caption on every image by full cross-scoring with ``self.model``
         (:func:`composer.retrieval.score_matrix`), on this module's device, in eval mode. A model with a
         faster way to score a whole set overrides this."""
@@ -201,47 +205,3 @@ class RetrievalModule(L.LightningModule):
         finally:
             self.model.train(was_training)
         return res.scores, res.seconds
-
-
-class ComposerModule(RetrievalModule):
-    """Trains a :class:`Composer`; ``datamodule`` provides batches and the retrieval sets."""
-
-    def __init__(self, model_cfg: ComposerConfig, optim: OptimConfig, *, eval_max_pairs: int = 4096,
-                 load_pretrained: bool = True, seed: int = 0):
-        super().__init__(optim, eval_max_pairs=eval_max_pairs, seed=seed)
-        self.model_cfg = model_cfg
-        self.model = Composer.from_config(model_cfg, load_pretrained=load_pretrained)
-        self.tokenizer = self.model.make_tokenizer()
-        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim),
-                                   "seed": seed})
-
-    # ------------------------------------------------------------------ training
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
-        b, k1 = batch.pair_image.shape
-        out = self.model(batch.regions, batch.geometry, batch.region_mask, batch.programs,
-                         batch.pair_image.reshape(-1), batch.pair_caption.reshape(-1))
-        match_scores = out.root_scores.view(b, k1)                       # (B, 1 + K), positive first
-        mvsa = self._mvsa(out, b, k1, batch.num_caption_negatives) if self.optim.use_mvsa else None
-        order = None
-        if self.optim.use_order:
-            edges = out.edge_scores()
-            e = edges.parent.shape[1]
-            order = OrderScores(edges.parent.view(b, k1, e)[:, 0], edges.child.view(b, k1, e)[:, 0],
-                                edges.mask.view(b, k1, e)[:, 0])
-        loss = composer_loss(match_scores, mvsa, order, self.model_cfg.loss)
-        self.mark_trained(batch_idx)
-        if not torch.isfinite(loss.total):
-            raise FloatingPointError(f"non-finite loss at step {self.global_step}: match {loss.match.item()}, "
-                                     f"mvsa {loss.mvsa.item()}, order {loss.order.item()}")
-        acc = (match_scores.argmax(1) == 0).float().mean()
-        self.log_dict({"train/loss": loss.total, "train/match": loss.match, "train/mvsa": loss.mvsa,
-                       "train/order": loss.order, "train/match_acc": acc}, prog_bar=True, batch_size=b)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=b)
-        return loss.total
-
-    def _mvsa(self, out, b: int, k1: int, kc: int) -> MVSAScores:
-        """MVSA tensors (:func:`composer.negative_sampling.mvsa_scores`), drawn from a generator seeded by
-        (seed, global step): a resumed run draws what the uninterrupted one did."""
-        n = out.node_scores.shape[1]
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.global_step))
-        return mvsa_scores(out.node_scores.view(b, k1, n), out.concept_mask().view(b, k1, n), kc, gen)  # (B, 1 + K, N)

@@ -1,8 +1,9 @@
 """Save a model to a directory and load it back, as Hugging Face does.
 
 Every model of the library (COMPOSER, VSE, the flat model, the CLIP family) has
-``model.save_pretrained(directory)`` and ``Model.from_pretrained(directory)``; :func:`load_pretrained`
-loads a directory of any of them, so one evaluation command evaluates whichever model it is given::
+``model.save_pretrained(directory)`` and ``Model.from_pretrained(directory)``;
+:func:`composer.models.registry.load_pretrained` loads a directory of any of them (the registry knows which
+class a saved ``model_type`` is), so one evaluation command evaluates whichever model it is given::
 
     model.save_pretrained("runs/w/pretrained")
     loaded = load_pretrained("runs/w/pretrained")           # LoadedModel: model in eval mode, tokenizer, ...
@@ -12,7 +13,7 @@ A saved directory holds:
 
 =========================  =================================================================================
 ``config.json``            ``{"model_type": "composer" | "vse" | "flat" | "clip", ...}``, the other keys
-                           the model's config dataclass as plain JSON (:func:`composer.config.plain_config`);
+                           the model's config dataclass as plain JSON (:func:`composer.models.common.config.plain_config`);
                            a CLIP model adds ``use_codebook`` and ``kind``
 ``model.safetensors``      every tensor of the model's ``state_dict``, by name (``safetensors`` format)
 ``tokenizer.json``,        the WordPiece tokenizer the model reads captions with (the HF tokenizer's own
@@ -28,7 +29,6 @@ saved (:func:`config_from_dict`), the paths it names included: they record where
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import typing
@@ -40,18 +40,17 @@ from typing import Any, ClassVar, Self, TypeVar
 import torch
 from torch import nn
 
-from composer.config import optional_subconfig, plain_config
+from composer.models.common.config import optional_subconfig, plain_config
 
 __all__ = [
     "CONFIG_NAME",
-    "MODEL_TYPES",
     "WEIGHTS_NAME",
     "LoadedModel",
     "PretrainedModel",
     "config_from_dict",
-    "load_pretrained",
+    "load_directory",
     "load_state_checked",
-    "model_class",
+    "read_saved_type",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,26 +59,17 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # either one is a complete WordPiece vocabulary
 
-# model_type -> (module, class): imported when needed, so that this module imports no model (each
-# model module imports this one for its base class)
-MODEL_TYPES: dict[str, tuple[str, str]] = {
-    "composer": ("composer.modeling.composer", "Composer"),
-    "vse": ("composer.baselines.vse", "VSE"),
-    "flat": ("composer.baselines.flat", "FlatCrossTransformer"),
-    "clip": ("composer.baselines.clip", "ClipModel"),
-}
-
 C = TypeVar("C")
 
 
 def config_from_dict(cls: type[C], data: Mapping[str, Any], *, where: str | None = None) -> C:
-    """Rebuild a config dataclass from its plain dict (:func:`composer.config.plain_config`'s output):
+    """Rebuild a config dataclass from its plain dict (:func:`composer.models.common.config.plain_config`'s output):
     nested sub-configs from nested dicts, lists back to tuples where a field is a tuple.
 
     An unknown key is a ValueError naming it and the fields; a missing key takes the field's default
     (a config written before the field existed), with a warning.
 
-    >>> from composer.config import ComposerConfig, composer_config
+    >>> from composer.models.composer.config import ComposerConfig, composer_config
     >>> cfg = composer_config("paper", modulator="mlp", composition={"cross_heads": 16})
     >>> config_from_dict(ComposerConfig, plain_config(cfg)) == cfg
     True
@@ -114,22 +104,6 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], *, where: str | None
         return cls(**values)
     except TypeError as err:  # a value of the wrong JSON type, caught by __post_init__'s comparisons
         raise ValueError(f"{where}: {err}; values {values}") from err
-
-
-def model_class(model_type: str) -> type[PretrainedModel]:
-    """The model class of a ``model_type`` (a key of :data:`MODEL_TYPES`).
-
-    >>> model_class("vse").__name__
-    'VSE'
-    >>> model_class("bert")
-    Traceback (most recent call last):
-    ...
-    ValueError: unknown model_type 'bert'; known: ['clip', 'composer', 'flat', 'vse']
-    """
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"unknown model_type {model_type!r}; known: {sorted(MODEL_TYPES)}")
-    module, name = MODEL_TYPES[model_type]
-    return getattr(importlib.import_module(module), name)
 
 
 def load_state_checked(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
@@ -184,7 +158,7 @@ class PretrainedModel:
     @classmethod
     def from_pretrained(cls, directory: str | Path) -> Self:
         """The model saved in ``directory`` by :meth:`save_pretrained`, in eval mode, on the CPU."""
-        return _load(Path(directory), expected=cls).model
+        return load_directory(Path(directory), cls).model
 
 
 @dataclass
@@ -193,11 +167,13 @@ class LoadedModel:
 
     Attributes:
         model: the model, in eval mode, on the CPU (``loaded.model.to(device)``).
-        tokenizer: its :class:`composer.modeling.predicate_transformer.TemplateTokenizer`, read from the
+        tokenizer: its :class:`composer.models.composer.predicate_transformer.TemplateTokenizer`, read from the
             directory (``score_matrix``'s ``tokenizer``).
         config: its config dataclass, equal to the one saved.
-        model_type: ``"composer"``, ``"vse"``, ``"flat"`` or ``"clip"``.
+        model_type: the saved ``model_type`` (``"composer"``, ``"vse"``, ``"flat"`` or ``"clip"``).
         path: the directory.
+        name: its name in :mod:`composer.models.registry` (the CLIP family's saved ``kind``), else
+            ``model_type``.
     """
 
     model: nn.Module
@@ -205,11 +181,7 @@ class LoadedModel:
     config: Any
     model_type: str
     path: Path
-
-
-def load_pretrained(directory: str | Path) -> LoadedModel:
-    """Load the model saved in ``directory``, whichever model type its config.json names."""
-    return _load(Path(directory), expected=None)
+    name: str = ""
 
 
 def _save(model: PretrainedModel, directory: Path) -> Path:
@@ -255,25 +227,30 @@ def _read_config(directory: Path) -> dict[str, Any]:
     except json.JSONDecodeError as err:
         raise ValueError(f"{directory / CONFIG_NAME} is not valid JSON: {err}") from err
     if not isinstance(meta, dict) or "model_type" not in meta:
-        raise ValueError(f"{directory / CONFIG_NAME} has no \"model_type\" (one of {sorted(MODEL_TYPES)}); "
-                         f"was it written by save_pretrained?")
+        raise ValueError(f"{directory / CONFIG_NAME} has no \"model_type\"; was it written by save_pretrained?")
     return meta
 
 
-def _load(directory: Path, expected: type[PretrainedModel] | None) -> LoadedModel:
+def read_saved_type(directory: Path) -> tuple[str, str | None]:
+    """The ``model_type`` and (where written) ``kind`` of the model saved in ``directory``; an incomplete
+    directory is an error naming what is missing."""
+    meta = _read_config(directory)
+    kind = meta.get("kind")
+    return meta["model_type"], kind if isinstance(kind, str) else None
+
+
+def load_directory(directory: Path, cls: type[PretrainedModel], *, name: str | None = None) -> LoadedModel:
+    """The ``cls`` model saved in ``directory`` (its config.json's ``model_type`` must be ``cls``'s), in eval
+    mode, on the CPU; ``name``: its registry name (default: the saved ``kind``, else ``model_type``)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     meta = _read_config(directory)
     model_type = meta.pop("model_type")
     config_file = directory / CONFIG_NAME
-    try:
-        cls = model_class(model_type)
-    except ValueError as err:
-        raise ValueError(f"{config_file}: {err}") from None
-    if expected is not None and cls is not expected:
-        raise ValueError(f"{directory} holds a {model_type!r} model ({cls.__name__}), not a {expected.__name__}; "
-                         f"load it with {cls.__name__}.from_pretrained or composer.pretrained.load_pretrained")
+    if model_type != cls.model_type:
+        raise ValueError(f"{directory} holds a {model_type!r} model, not a {cls.__name__} ({cls.model_type!r}); "
+                         f"load it with composer.models.registry.load_pretrained")
     extras = {k: meta.pop(k) for k in cls.extra_keys if k in meta}
     try:
         config = config_from_dict(cls.config_class, meta)
@@ -292,5 +269,6 @@ def _load(directory: Path, expected: type[PretrainedModel] | None) -> LoadedMode
         model._tokenizer = tokenizer
     model.eval()
     log.info("loaded the %s model from %s", model_type, directory)
-    return LoadedModel(model=model, tokenizer=tokenizer, config=config, model_type=model_type, path=directory)
-
+    kind = extras.get("kind")
+    return LoadedModel(model=model, tokenizer=tokenizer, config=config, model_type=model_type, path=directory,
+                       name=name or (kind if isinstance(kind, str) else model_type))

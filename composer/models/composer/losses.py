@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from composer.config import MVSA_KINDS, LossConfig
+from composer.models.composer.config import MVSA_KINDS, LossConfig
 
 __all__ = ["ComposerLoss", "MVSAScores", "OrderScores", "composer_loss", "match_loss", "mvsa_loss", "order_loss"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from composer.modeling.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
-from composer.config import ComposerConfig
-from composer.modeling.composer import check_visual_inputs
-from composer.modeling.predicate_transformer import PredicateTransformer, TemplateTokenizer
-from composer.pretrained import PretrainedModel
-from composer.program import ConceptProgram, ProgramBatch
+from composer.models.composer.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
+from composer.models.composer.config import ComposerConfig
+from composer.models.composer.model import check_visual_inputs
+from composer.models.composer.predicate_transformer import PredicateTransformer, TemplateTokenizer
+from composer.models.common.pretrained import PretrainedModel
+from composer.models.composer.program import ConceptProgram, ProgramBatch
 
 __all__ = ["FlatCrossTransformer", "FlatOutput"]
 
@@ -36,7 +36,7 @@ class FlatOutput:
 class FlatCrossTransformer(PretrainedModel, nn.Module):
     """Text SelfAtt layers (as many as the PT), then the CT's interleaved layers with the image.
 
-    ``save_pretrained(directory)`` / ``FlatCrossTransformer.from_pretrained(directory)``: :mod:`composer.pretrained`.
+    ``save_pretrained(directory)`` / ``FlatCrossTransformer.from_pretrained(directory)``: :mod:`composer.models.common.pretrained`.
     """
 
     model_type = "flat"
@@ -67,7 +67,7 @@ class FlatCrossTransformer(PretrainedModel, nn.Module):
 
     def score_pairs(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                     programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor) -> torch.Tensor:
-        """(Q,) scores with :meth:`composer.modeling.composer.Composer.score_pairs`'s signature (the evaluation's interface).
+        """(Q,) scores with :meth:`composer.models.composer.model.Composer.score_pairs`'s signature (the evaluation's interface).
 
         Only each program's sentence (its root text) is read: the flat model sees no structure.
         """

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from composer.modeling.predicate_transformer import EncodedTemplates, EncodedTokens, TemplateTokenizer, placeholder_type
+from composer.models.composer.predicate_transformer import EncodedTemplates, EncodedTokens, TemplateTokenizer, placeholder_type
 
 __all__ = ["ConceptProgram", "ExecutionPlan", "ProgramBatch", "plan_execution", "template_arity"]
 

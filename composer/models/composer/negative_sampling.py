@@ -1,6 +1,6 @@
 """Negative sampling for MVSA (§3.3): what each concept of a positive caption is compared with. No Lightning.
 
-l_MVSA (:func:`composer.losses.mvsa_loss`) asks every concept c of a positive pair (x_i, y_i) to
+l_MVSA (:func:`composer.models.composer.losses.mvsa_loss`) asks every concept c of a positive pair (x_i, y_i) to
 score higher on x_i than
 
 * s(x_i, c^-): a concept c^- drawn from each *caption negative* (another image's caption, composed on
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from composer.losses import MVSAScores
-from composer.program import ConceptProgram
+from composer.models.composer.losses import MVSAScores
+from composer.models.composer.program import ConceptProgram
 
 __all__ = ["ConceptNegatives", "FlatMVSAPlan", "flat_mvsa_plan", "flat_mvsa_scores", "mvsa_scores",
            "sample_concept_negatives"]
@@ -111,7 +111,7 @@ def mvsa_scores(node_scores: torch.Tensor, concept_mask: torch.Tensor, num_capti
         generator: the draws' source (:func:`sample_concept_negatives`).
 
     Returns:
-        :class:`composer.losses.MVSAScores` with positive (B, N), negative_concept (B, N, Kc) (a single
+        :class:`composer.models.composer.losses.MVSAScores` with positive (B, N), negative_concept (B, N, Kc) (a single
         masked column when Kc = 0), negative_image (B, N, Ki) and their masks.
     """
     b, k1, n = node_scores.shape

@@ -1,22 +1,14 @@
-"""The baselines of §5.1 as LightningModules: VSE and the flat ViLBERT-style cross-modal transformer.
-
-Both train on COMPOSER's batches (:class:`composer.training.data.TrainBatch`) with its schedule, exact resume
-and retrieval evaluation (:class:`composer.training.composer_module.RetrievalModule`):
-
-* :class:`VSEModule` -- the two-tower VSE, trained with the triplet hinge over the batch's B positive
-  pairs (column 0 of ``pair_image`` / ``pair_caption``): every other image of the batch is a
-  negative for a caption, every caption of another image a negative for an image. The sampled
-  negatives of columns 1.. are not used by the loss; they give ``train/match_acc``, the same
-  (1 + K)-way accuracy the cross-modal models log.
-* :class:`FlatModule` -- :class:`composer.baselines.flat.FlatCrossTransformer` with l_MATCH over
-  each positive and its K sampled negatives, exactly as :class:`ComposerModule` trains COMPOSER.
+"""The flat ViLBERT-style cross-modal transformer of §5.1 as a LightningModule:
+:class:`composer.models.flat.model.FlatCrossTransformer` with l_MATCH over each positive and its K sampled
+negatives, exactly as :class:`composer.models.composer.module.ComposerModule` trains COMPOSER, on COMPOSER's
+batches with its schedule, exact resume and retrieval evaluation.
 
 **MVSA for the flat model** (Table 5's "ViLBERT + MVSA", ``OptimConfig.use_mvsa``). The flat model
 has no intermediate concepts, but it can score any text on any image; Table 5 shows MVSA improving
 ViLBERT's *phrase* retrieval, so its phrases must have been trained as queries. Here, for each
 positive pair (x_i, y_i), up to ``mvsa_concepts`` phrase concepts c of y_i (non-primitive,
 non-sentence CRG nodes, drawn at random) are fed to the flat model as texts of their own, and
-l_MVSA (:func:`composer.losses.mvsa_loss`, hinge, margin alpha = 0.8) compares s(x_i, c) with
+l_MVSA (:func:`composer.models.composer.losses.mvsa_loss`, hinge, margin alpha = 0.8) compares s(x_i, c) with
 
 * s(x_i, c^-): a concept c^- drawn from each negative caption (any non-primitive node, its sentence
   included), scored on the positive image;
@@ -25,60 +17,24 @@ l_MVSA (:func:`composer.losses.mvsa_loss`, hinge, margin alpha = 0.8) compares s
 and the sentence itself enters as one more concept, its negatives being the batch's sampled
 negative captions and images (scores the match loss computes anyway). Each phrase costs
 1 + K extra pairs. The order loss needs a parent/child structure the flat model does not have, so
-``OptimConfig.use_order`` is ignored here. The sampling is :func:`composer.negative_sampling.flat_mvsa_plan`
+``OptimConfig.use_order`` is ignored here. The sampling is :func:`composer.models.composer.negative_sampling.flat_mvsa_plan`
 (re-exported here with :class:`FlatMVSAPlan`).
 """
 
 from __future__ import annotations
 
-import logging
 import random
 
 import torch
 
-from composer.baselines.flat import FlatCrossTransformer
-from composer.baselines.vse import VSE, VSEConfig, vse_hinge_loss
-from composer.config import ComposerConfig, plain_config
-from composer.losses import composer_loss
-from composer.negative_sampling import FlatMVSAPlan, flat_mvsa_plan, flat_mvsa_scores
-from composer.training.composer_module import OptimConfig, RetrievalModule
-from composer.training.data import TrainBatch
+from composer.models.common.retrieval_module import OptimConfig, RetrievalModule
+from composer.models.common.config import plain_config
+from composer.models.composer.config import ComposerConfig
+from composer.models.composer.losses import composer_loss
+from composer.models.composer.negative_sampling import FlatMVSAPlan, flat_mvsa_plan, flat_mvsa_scores
+from composer.models.flat.model import FlatCrossTransformer
 
-__all__ = ["FlatMVSAPlan", "FlatModule", "VSEModule", "flat_mvsa_plan"]
-
-logger = logging.getLogger(__name__)
-
-
-class VSEModule(RetrievalModule):
-    """Trains a :class:`composer.baselines.vse.VSE` with the in-batch triplet hinge (``VSEConfig.loss``)."""
-
-    def __init__(self, model_cfg: VSEConfig, optim: OptimConfig, *, eval_max_pairs: int = 4096,
-                 load_pretrained: bool = True, seed: int = 0):
-        super().__init__(optim, eval_max_pairs=eval_max_pairs, seed=seed)
-        self.model_cfg = model_cfg
-        self.model = VSE.from_config(model_cfg, load_pretrained=load_pretrained)
-        self.tokenizer = self.model.tokenizer
-        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed})
-
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
-        b = batch.pair_image.shape[0]
-        x = self.model.encode_images(batch.regions, batch.geometry, batch.region_mask)   # (I, E)
-        y = self.model.encode_programs(batch.programs)                                   # (C, E)
-        candidates, target = torch.unique(batch.pair_image[:, 0], return_inverse=True)  # (U,), (B,)
-        scores = y[batch.pair_caption[:, 0]] @ x[candidates].T                            # (B, U)
-        loss = vse_hinge_loss(scores, target, margin=self.model_cfg.loss.margin,
-                              negatives=self.model_cfg.loss.negatives)
-        self.mark_trained(batch_idx)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite VSE loss at step {self.global_step}: {loss.item()}")
-        with torch.no_grad():
-            match = (x[batch.pair_image] * y[batch.pair_caption]).sum(-1)                 # (B, 1 + K)
-            acc = (match.argmax(1) == 0).float().mean()
-            in_batch = (scores.argmax(1) == target).float().mean()                        # caption -> image R@1
-        self.log_dict({"train/loss": loss, "train/match_acc": acc, "train/inbatch_acc": in_batch},
-                      prog_bar=True, batch_size=b)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=b)
-        return loss
+__all__ = ["FlatMVSAPlan", "FlatModule", "flat_mvsa_plan"]
 
 
 class FlatModule(RetrievalModule):
@@ -94,10 +50,15 @@ class FlatModule(RetrievalModule):
         self.mvsa_concepts = mvsa_concepts
         self.model = FlatCrossTransformer.from_config(model_cfg, load_pretrained=load_pretrained)
         self.tokenizer = self.model.make_tokenizer()
-        self.save_hyperparameters({"model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed,
+        self.save_hyperparameters({"kind": "flat", "model": plain_config(model_cfg), "optim": plain_config(optim), "seed": seed,
                                    "mvsa_concepts": mvsa_concepts})
 
-    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+    @classmethod
+    def from_recipe(cls, recipe, model_cfg, *, load_pretrained: bool = True) -> FlatModule:
+        return cls(model_cfg, recipe.optim, seed=recipe.data.seed, mvsa_concepts=recipe.mvsa_concepts,
+                   load_pretrained=load_pretrained)
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         b, k1 = batch.pair_image.shape
         kc = batch.num_caption_negatives
         programs = batch.programs.programs

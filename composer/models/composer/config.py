@@ -18,13 +18,12 @@ in nested sub-configs. Defaults are Appendix C's; named presets hold only what d
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import types
-import typing
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from composer.models.common.config import apply_overrides, merge_overrides, preset_values
 
 __all__ = [
     "MODULATORS",
@@ -39,7 +38,6 @@ __all__ = [
     "TextConfig",
     "VisualConfig",
     "composer_config",
-    "plain_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -324,31 +322,6 @@ PRESETS: dict[str, Callable[[], dict[str, Any]]] = {"paper": _paper, "offline": 
                                                     "small-minilm": _small_minilm, "tiny": _tiny}
 
 
-def optional_subconfig(hint: Any) -> type | None:
-    """The dataclass of a field typed ``SomeConfig | None`` (an optional sub-config), else None."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        classes = [a for a in typing.get_args(hint) if isinstance(a, type) and is_dataclass(a)]
-        if len(classes) == 1 and type(None) in typing.get_args(hint):
-            return classes[0]
-    return None
-
-
-def _apply(obj: Any, overrides: dict[str, Any], where: str) -> Any:
-    known = {f.name: f for f in fields(obj)}
-    changes: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if key not in known:
-            raise ValueError(f"{where} has no field {key!r}; fields: {sorted(known)}")
-        current = getattr(obj, key)
-        if current is None and isinstance(value, dict):  # an optional sub-config, given for the first time
-            cls = optional_subconfig(typing.get_type_hints(type(obj))[key])
-            current = cls() if cls is not None else None
-        if is_dataclass(current) and isinstance(value, dict):
-            value = _apply(current, value, f"{where}.{key}")
-        changes[key] = value
-    return replace(obj, **changes)
-
-
 def composer_config(preset: str = "offline", **overrides: Any) -> ComposerConfig:
     """A named configuration with ``overrides`` applied (nested sub-configs take dicts).
 
@@ -357,35 +330,13 @@ def composer_config(preset: str = "offline", **overrides: Any) -> ComposerConfig
     >>> composer_config("vilbert")
     Traceback (most recent call last):
     ...
-    ValueError: unknown preset 'vilbert'; available: ['offline', 'paper', 'small', 'small-minilm', 'tiny']
+    ValueError: unknown ComposerConfig preset 'vilbert'; available: ['offline', 'paper', 'small', 'small-minilm', 'tiny']
     """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; available: {sorted(PRESETS)}")
-    base = PRESETS[preset]()
-    merged = _merge(base, copy.deepcopy(overrides))
+    base = preset_values(PRESETS, preset, "ComposerConfig")
+    merged = merge_overrides(base, copy.deepcopy(overrides))
     # the tokenizer follows text_model unless one of them names it explicitly
     if "tokenizer" not in overrides and ("text_model" in overrides or "tokenizer" not in base):
         merged["tokenizer"] = None
-    cfg = _apply(ComposerConfig(), merged, "ComposerConfig")
+    cfg = apply_overrides(ComposerConfig(), merged, "ComposerConfig")
     log.debug("composer config %s: %s", preset, cfg)
     return cfg
-
-
-def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def plain_config(cfg: Any) -> dict:
-    """A (nested) config dataclass as plain JSON types: tuples become lists, as in the saved hyperparameters
-    and ``results.json`` files, so a config read back compares equal to one written.
-
-    >>> plain_config(LossConfig())["mvsa"], plain_config(composer_config("tiny"))["text"]["hidden_size"]
-    ('hinge', 24)
-    """
-    return json.loads(json.dumps(asdict(cfg)))

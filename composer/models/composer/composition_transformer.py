@@ -35,8 +35,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from composer.modeling.attention import CoAttentionLayer, TransformerLayer, VisualEmbedding, init_bert_weights
-from composer.config import ComposerConfig
+from composer.models.composer.attention import CoAttentionLayer, TransformerLayer, VisualEmbedding, init_bert_weights
+from composer.models.composer.config import ComposerConfig
 
 __all__ = ["AlignmentScorer", "CompositionTransformer", "PackedTokens", "pack_tokens"]
 
