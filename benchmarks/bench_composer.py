@@ -20,7 +20,7 @@
    sub-tree) pairs, :func:`composer.models.composer.program.plan_execution`, as ``ComposerOutput.num_work_items`` less
    the primitives), against one CT call per pair for the flat model.
 2. Evaluation: ``--eval-images`` test images x all their captions (5 each), every caption against every
-   image. COMPOSER and flat: full cross-scoring with :func:`composer.retrieval.score_matrix` (chunks of
+   image. COMPOSER and flat: full cross-scoring with :func:`composer.models.common.retrieval.score_matrix` (chunks of
    ``--eval-max-pairs``, the modules' default). VSE and CLIP: their fast path, each image and caption
    encoded once and one matrix product. One untimed warm-up pass on a few captions first.
 3. ``--target-pairs`` (default Flickr30K's 1K test: 1,000 images x 5,000 captions): the time at the
@@ -241,7 +241,7 @@ def time_eval(name: str, module, ev: EvalSet, device: str, max_pairs: int, targe
     """Every caption against every image, after one untimed pass over the first few captions."""
     import torch
 
-    from composer.retrieval import score_matrix
+    from composer.models.common.retrieval import score_matrix
 
     model = module.model
     model.eval()
@@ -347,7 +347,7 @@ def report_text(args, info: dict, train: dict, evals: dict, work: dict | None, r
         lines.append("")
     lines.append("Each model's step is its module's `training_step` (its loss, MVSA and order terms included for "
                  "COMPOSER) + backward + its optimiser's step, without a Trainer (logging switched off). "
-                 "Cross-encoders are scored by `composer.retrieval.score_matrix` (every pair through the model, "
+                 "Cross-encoders are scored by `composer.models.common.retrieval.score_matrix` (every pair through the model, "
                  f"at most {args.eval_max_pairs:,} pairs per call, by the model's `score_all`: captions together "
                  "against a few images at a time, each image's and each caption's own work once); the dual "
                  "encoders encode each image and caption once and take one matrix product.")

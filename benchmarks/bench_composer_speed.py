@@ -6,7 +6,7 @@
 
 Both paths live in the code: ``model.fast_path = False`` runs the padded reference (every token of every
 Composition Transformer layer, each level projecting the images' keys again, evaluation pair by pair with
-:func:`composer.retrieval.score_matrix_pairwise`); ``True`` (the default) the packed layers and
+:func:`composer.models.common.retrieval.score_matrix_pairwise`); ``True`` (the default) the packed layers and
 ``score_all``. Two modules are built from the same seed, one per path, and trained step by step on the
 same batches, taking turns (neighbouring steps see the same machine speed: on a shared machine the speed
 drifts by tens of percent over seconds), so their ratio is measured under the same load.
@@ -111,7 +111,7 @@ def time_eval(module, ev, fast: bool, max_pairs: int):
     """(scores (C, I), wall seconds, thread CPU seconds) of one full cross-scoring by the given path."""
     import torch
 
-    from composer.retrieval import score_matrix, score_matrix_pairwise
+    from composer.models.common.retrieval import score_matrix, score_matrix_pairwise
 
     model = module.model
     model.eval()

@@ -1,6 +1,6 @@
 """Cross-scoring throughput of the dual encoders: ``score_matrix``'s dual-encoder path against pair chunks.
 
-``composer.retrieval.score_matrix`` scores a dual encoder (VSE, the CLIP family: a model with
+``composer.models.common.retrieval.score_matrix`` scores a dual encoder (VSE, the CLIP family: a model with
 ``cross_scores``) by encoding every image and sentence once and taking one product; every other model
 goes through ``score_pairs`` on chunks of at most ``max_pairs`` (image, caption) pairs. Before the dual
 path existed the dual encoders went through the chunks too, which re-encode the images of a chunk for
@@ -23,7 +23,7 @@ import torch
 from composer.models.clip.model import ClipModel, clip_config
 from composer.models.vse.model import VSE, vse_config
 from composer.models.composer.program import ConceptProgram
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 
 WORDS = ("red", "blue", "green", "small", "large", "metal", "cube", "ball", "cone", "ring", "left", "of", "near")
 NOUNS = ("cube", "ball", "cone", "ring")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from composer.evaluation.twins import twin_scores
-from composer.retrieval import recall_at_k
+from composer.models.common.retrieval import recall_at_k
 from crg.outputs import write_json_atomic
 from features.world.compositional import CompositionalConfig
 from features.world.generate import GenerateConfig, generate_world, load_scenes

@@ -7,7 +7,7 @@ import pytest
 
 from composer.evaluation.caption_subsets import (caption_length, length_bucket_labels, own_image_ranks,
                                                  recall_by_length, recall_on_subset, unseen_in_training)
-from composer.retrieval import recall_at_k
+from composer.models.common.retrieval import recall_at_k
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

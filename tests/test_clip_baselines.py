@@ -15,7 +15,7 @@ from composer.training.data import TrainBatch
 from composer.models.clip.iterated_learning import ILConfig, clip_contrastive_loss, il_config, spawn, swap_two_words
 from composer.models.common.retrieval_module import OptimConfig
 from composer.models.composer.program import ConceptProgram, ProgramBatch
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 from kill_switch import Killed, KillAt
 
 CAPTIONS = [("a red cube left of a blue ball", ["cube", "ball"]), ("two green rings", ["rings"]),

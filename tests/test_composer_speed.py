@@ -3,7 +3,7 @@
 Every fast path must give the reference's numbers: the packed layers (real tokens only, ``[CLS]`` only in the
 last layer), the Composition Transformer's packed forward, the per-image keys shared across levels, whole
 models with ``fast_path`` on and off (outputs and gradients), 50 optimiser steps (same losses to 1e-5), and
-the whole-set scoring of :func:`composer.retrieval.score_matrix` against its pair-by-pair loop. Sizes are the
+the whole-set scoring of :func:`composer.models.common.retrieval.score_matrix` against its pair-by-pair loop. Sizes are the
 ``tiny`` preset's, every one different from every other, so that a transposed axis cannot pass.
 """
 
@@ -19,7 +19,7 @@ from composer.models.composer.model import Composer
 from composer.models.composer.composition_transformer import CompositionTransformer, pack_tokens
 from composer.models.composer.program import ConceptProgram, ProgramBatch
 from composer.models.flat.model import FlatCrossTransformer
-from composer.retrieval import score_matrix, score_matrix_pairwise
+from composer.models.common.retrieval import score_matrix, score_matrix_pairwise
 from test_composer_program import random_programs
 
 B, T, D = 5, 7, 24        # items, padded tokens, text width (tiny)

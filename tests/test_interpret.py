@@ -152,7 +152,7 @@ def test_scripts_end_to_end_on_a_tiny_world(tmp_path, capsys):
     assert rr["rerank"]["first_stage"] == {k: rr["sentence"][k] for k in ("R@1", "R@5", "R@10")}
     assert rr["rerank"]["pairs_scored"] == 2 * res["num_captions"]
     order = json.loads((tmp_path / "s" / "order.json").read_text())
-    from composer.retrieval import recall_at_k
+    from composer.models.common.retrieval import recall_at_k
     assert rr["rerank"]["shortlist_recall"] == recall_at_k(scores, np.array(order["row_image"]), ks=(2,))["R@2"]
 
     capsys.readouterr()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from composer.retrieval import NonFiniteScoreError, recall_at_k, recall_at_k_multi, score_matrix
+from composer.models.common.retrieval import NonFiniteScoreError, recall_at_k, recall_at_k_multi, score_matrix
 
 
 # ---------------------------------------------------------------------------- non-finite scores

@@ -13,7 +13,7 @@ from composer.evaluation.phrase_retrieval import (crg_positives, evaluate_phrase
                                        phrase_recall, sample_phrase_queries)
 from composer.models.composer.predicate_transformer import TemplateTokenizer
 from composer.models.composer.program import ConceptProgram, ProgramBatch
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 from crg.extract import extract_concepts
 from crg.graph import GraphBuilder
 from features.world.scene import Scene, SceneObject

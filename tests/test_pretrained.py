@@ -26,7 +26,7 @@ from composer.models.composer.predicate_transformer import PredicateTransformer
 from composer.models.common.pretrained import CONFIG_NAME, WEIGHTS_NAME, config_from_dict
 from composer.models.registry import load_pretrained
 from composer.models.composer.program import ConceptProgram
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 from composer.models.flat.module import FlatModule
 from composer.models.vse.module import VSEModule
 from composer.training.checkpoint import export_pretrained, load_checkpoint, load_composer

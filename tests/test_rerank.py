@@ -13,7 +13,7 @@ from composer.models.composer.predicate_transformer import TemplateTokenizer
 from composer.models.composer.program import ConceptProgram
 from composer.evaluation.rerank import (combine_rankings, cross_score_shortlist, dual_encoder_scores, shortlist_and_rerank,
                              shortlist_recall, shortlist_top_k)
-from composer.retrieval import recall_at_k, score_matrix
+from composer.models.common.retrieval import recall_at_k, score_matrix
 
 Q, N_IMG = 7, 9  # captions, images
 

@@ -170,7 +170,7 @@ def test_pair_scoring_agrees_with_full_cross_scoring(world_env):
     from composer.evaluation.eval_sets import load_eval_data
     from composer.models.composer.model import Composer
     from composer.models.composer.program import ConceptProgram
-    from composer.retrieval import score_matrix
+    from composer.models.common.retrieval import score_matrix
     from composer.evaluation.text_pairs import programs_for_texts, score_text_image_pairs
 
     data = load_eval_data("world", split="test", eval_images=5, max_regions=6, world_images=80)

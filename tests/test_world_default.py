@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, format_retrieval_table
-from composer.retrieval import recall_at_k_multi
+from composer.models.common.retrieval import recall_at_k_multi
 
 
 @pytest.fixture()

@@ -35,7 +35,7 @@ from composer.evaluation.rerank import shortlist_and_rerank
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
 from composer.models.composer.program import ConceptProgram
 from composer.provenance import git_sha
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 from crg.outputs import write_bytes_atomic, write_text_atomic
 from crg.parse import PARSERS
 from features.catalog import WORLD_SPLITS

@@ -23,7 +23,7 @@ import torch
 
 from composer.evaluation.interpretation import interpret_pair, program_from_concepts, render_figure, render_text
 from composer.models.composer.program import ConceptProgram
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 from crg.outputs import write_json_atomic
 from composer.cli.evaluate import add_data_arguments, load
 

@@ -5,7 +5,7 @@ scores from any model's ``score_pairs`` (``composer/cli/evaluate_benchmark.py`` 
 Pure Python: no torch, no dataset.
 
 * A record is **right** when every positive text scores strictly above every negative one: a tie
-  is a failure (as in :mod:`composer.retrieval`), and so is a non-finite score.
+  is a failure (as in :mod:`composer.models.common.retrieval`), and so is a non-finite score.
 * A record whose image the feature store lacks, or one of whose texts could not be parsed into a
   program, is **not scored and counted** (``missing_image``, ``unscorable_text``), never dropped silently.
 * Per subset: accuracy over the scored records; where records carry a category (VG-Relation's

@@ -52,7 +52,7 @@ def unseen_in_training(texts: Sequence[str], training_texts: Iterable[str]) -> n
 
 def own_image_ranks(scores, caption_image) -> np.ndarray:
     """(C,) 0-based rank of each caption's own image among the candidates; ties count against the caption (as
-    :func:`composer.retrieval.recall_at_k`), and a NaN score never ranks first.
+    :func:`composer.models.common.retrieval.recall_at_k`), and a NaN score never ranks first.
 
     >>> own_image_ranks(np.array([[0.9, 0.1, 0.0], [0.2, 0.7, 0.7], [0.0, 1.0, 0.5]]), [0, 1, 2]).tolist()
     [0, 1, 1]

@@ -7,7 +7,7 @@ The conventions are those of vl_compo (Oh et al. 2024, §2) over CREPE-style neg
 * **T2I accuracy**: right when the true caption scores its own image above every distractor image;
 * **group accuracy**: right when both hold (Winoground's group score over an item's captions and images).
 
-Ties count as failures, as in :mod:`composer.retrieval`: a model scoring everything alike gets 0,
+Ties count as failures, as in :mod:`composer.models.common.retrieval`: a model scoring everything alike gets 0,
 not chance. Accuracies are in percent.
 
 Evaluation sets are plain data (:func:`build_eval_set`: lists, dicts and strings, JSON as is), so

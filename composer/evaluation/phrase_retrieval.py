@@ -15,7 +15,7 @@ wrong whenever it ranks another image the phrase is equally true of first. We al
 
 Queries are the phrase's own sub-tree of the caption's composition (:meth:`ConceptProgram.subprogram`),
 so COMPOSER composes a phrase exactly as it does inside the sentence, and scored by the same
-:func:`composer.retrieval.score_matrix` path as sentences. Phrases sampled from several captions are
+:func:`composer.models.common.retrieval.score_matrix` path as sentences. Phrases sampled from several captions are
 scored once.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from composer.models.composer.program import ConceptProgram
-from composer.retrieval import recall_at_k, recall_at_k_multi, score_matrix
+from composer.models.common.retrieval import recall_at_k, recall_at_k_multi, score_matrix
 from crg.extract import PHRASE
 
 __all__ = ["PhraseQueries", "phrase_program", "sample_phrase_queries", "crg_positives", "exact_positives",

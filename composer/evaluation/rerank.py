@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from composer.retrieval import recall_at_k
+from composer.models.common.retrieval import recall_at_k
 
 __all__ = ["shortlist_top_k", "shortlist_recall", "combine_rankings", "dual_encoder_scores",
            "cross_score_shortlist", "RerankResult", "shortlist_and_rerank"]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from composer.evaluation.caption_subsets import caption_length, own_image_ranks, recall_by_length, recall_on_subset
-from composer.retrieval import recall_at_k, recall_at_k_multi, score_matrix
+from composer.models.common.retrieval import recall_at_k, recall_at_k_multi, score_matrix
 
 __all__ = ["SentenceRetrievalSet", "ceiling_reports", "format_retrieval_table", "score_sentence_retrieval",
            "sentence_retrieval_report"]
@@ -184,7 +184,7 @@ def _mean_recalls(reports: list[dict]) -> dict:
 def score_sentence_retrieval(model, tokenizer, regions: torch.Tensor, geometry: torch.Tensor,
                              region_mask: torch.Tensor, programs: Sequence, caption_image, *, max_pairs: int = 4096,
                              progress: bool = False, caption_labels=None, image_labels=None) -> dict:
-    """Score every caption against every image with ``model.score_pairs`` (:func:`composer.retrieval.score_matrix`)
+    """Score every caption against every image with ``model.score_pairs`` (:func:`composer.models.common.retrieval.score_matrix`)
     and report (:func:`sentence_retrieval_report`). The model is scored in eval mode and left in its mode.
 
     Args:

@@ -1,7 +1,7 @@
 """The study's evaluation of one trained model: retrieval sets, phrases and hard negatives, one code path.
 
 Every model of the study (COMPOSER and each baseline) is scored through its ``score_pairs`` (the
-interface :func:`composer.retrieval.score_matrix` calls), so all numbers come from the same code:
+interface :func:`composer.models.common.retrieval.score_matrix` calls), so all numbers come from the same code:
 
 * sentence-to-image R@K on an :class:`composer.evaluation.eval_sets.EvalData` (in-domain test, the MCD split,
   each compound-divergence window): :func:`sentence_retrieval`;
@@ -24,7 +24,7 @@ import torch
 from composer.evaluation.hard_negatives import build_eval_set
 from composer.evaluation.sentence_retrieval import sentence_retrieval_report
 from composer.models.composer.program import ConceptProgram
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 
 __all__ = ["flat_report", "sentence_retrieval", "world_hard_negative_set"]
 

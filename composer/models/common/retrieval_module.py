@@ -23,7 +23,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from composer.retrieval import score_matrix
+from composer.models.common.retrieval import score_matrix
 
 __all__ = ["OptimConfig", "RetrievalModule", "fused_optimizer_supported"]
 
@@ -194,7 +194,7 @@ class RetrievalModule(L.LightningModule):
     @torch.no_grad()
     def retrieval_scores(self, eval_set) -> tuple[np.ndarray, float]:
         """``(scores (C, I), seconds)``: every caption on every image by full cross-scoring with ``self.model``
-        (:func:`composer.retrieval.score_matrix`), on this module's device, in eval mode. A model with a
+        (:func:`composer.models.common.retrieval.score_matrix`), on this module's device, in eval mode. A model with a
         faster way to score a whole set overrides this."""
         regions, geometry, mask = (t.to(self.device) for t in eval_set.read_regions())
         was_training = self.model.training

@@ -180,7 +180,7 @@ class Composer(PretrainedModel, nn.Module):
     def score_all(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                   programs: Sequence[ConceptProgram], tokenizer: TemplateTokenizer, *, max_pairs: int = 4096,
                   on_chunk: Callable[[], None] | None = None) -> torch.Tensor:
-        """(C, I) score of every caption on every image (what :func:`composer.retrieval.score_matrix` asks
+        """(C, I) score of every caption on every image (what :func:`composer.models.common.retrieval.score_matrix` asks
         a model that has a faster way than pair-by-pair chunks).
 
         Why faster: the captions are collated once and taken together (up to ``max_pairs``) against a few

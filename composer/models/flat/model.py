@@ -101,7 +101,7 @@ class FlatCrossTransformer(PretrainedModel, nn.Module):
     def score_all(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                   programs: Sequence[ConceptProgram], tokenizer=None, *, max_pairs: int = 4096,
                   on_chunk: Callable[[], None] | None = None) -> torch.Tensor:
-        """(C, I) score of every caption on every image (:func:`composer.retrieval.score_matrix`'s fast path).
+        """(C, I) score of every caption on every image (:func:`composer.models.common.retrieval.score_matrix`'s fast path).
 
         Why faster than pair-by-pair chunks: each caption goes through the text layers once and each
         image's regions through the visual prefix once, for all chunks; only the cross-modal layers run

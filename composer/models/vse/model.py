@@ -260,7 +260,7 @@ class VSE(PretrainedModel, nn.Module):
     def cross_scores(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
                      sentences: list[str], *, chunk: int = 1024) -> torch.Tensor:
         """(C, I) cosine of every sentence against every image: each encoded once, ``chunk`` at a time
-        (:func:`composer.retrieval.score_matrix`'s dual-encoder path)."""
+        (:func:`composer.models.common.retrieval.score_matrix`'s dual-encoder path)."""
         img = torch.cat([self.encode_images(regions[i:i + chunk], geometry[i:i + chunk], region_mask[i:i + chunk])
                          for i in range(0, regions.shape[0], chunk)])                    # (I, E)
         txt = torch.cat([self.encode_sentences(sentences[c:c + chunk])
