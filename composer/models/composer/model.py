@@ -170,7 +170,14 @@ class Composer(PretrainedModel, nn.Module):
         ``root_scores``, without laying out every node's embedding."""
         if not self.fast_path:
             return self.forward(regions, geometry, region_mask, programs, pair_image, pair_caption).root_scores
-        plan, table = self._execute(regions, geometry, region_mask, programs, pair_image, pair_caption)  # (W, D)
+        return self._root_scores(regions, geometry, region_mask, programs, pair_image, pair_caption)
+
+    def _root_scores(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
+                     programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor,
+                     template_states: torch.Tensor | None = None) -> torch.Tensor:
+        """(Q,) root scores; ``template_states`` as in :meth:`_run`."""
+        plan, table = self._execute(regions, geometry, region_mask, programs, pair_image, pair_caption,
+                                    template_states)                            # (W, D)
         cap = pair_caption.to(device=programs.root.device, dtype=torch.long)
         root = programs.root[cap]                                               # (Q,) local node index
         root_work = plan.pair_node_work[torch.arange(len(root), device=root.device), root]  # (Q,)
@@ -197,31 +204,43 @@ class Composer(PretrainedModel, nn.Module):
         for c0 in range(0, n_cap, caps_per_chunk):
             batch = ProgramBatch.collate(programs[c0:c0 + caps_per_chunk], tokenizer)
             caps = torch.arange(batch.num_captions, device=device)
+            template_states = None
+            if self.fast_path and batch.templates:  # text only: once for all image chunks
+                tokens = batch.template_tokens
+                template_states = self.predicate_transformer(tokens.ids.to(device), tokens.mask.to(device))  # (P, T, D)
             for i0 in range(0, n_img, images_per_chunk):
                 i1 = min(n_img, i0 + images_per_chunk)
                 imgs = torch.arange(i1 - i0, device=device)
                 pair_caption = caps.repeat_interleave(len(imgs))               # (c * i,)
                 pair_image = imgs.repeat(len(caps))                            # (c * i,) local to the chunk
-                s = self.score_pairs(regions[i0:i1], geometry[i0:i1], region_mask[i0:i1], batch, pair_image,
-                                     pair_caption)
+                if self.fast_path:
+                    s = self._root_scores(regions[i0:i1], geometry[i0:i1], region_mask[i0:i1], batch, pair_image,
+                                          pair_caption, template_states)
+                else:
+                    s = self.score_pairs(regions[i0:i1], geometry[i0:i1], region_mask[i0:i1], batch, pair_image,
+                                         pair_caption)
                 out[c0:c0 + len(caps), i0:i1] = s.view(len(caps), len(imgs))
                 if on_chunk is not None:
                     on_chunk()
         return out
 
     def _execute(self, regions: torch.Tensor, geometry: torch.Tensor, region_mask: torch.Tensor,
-                 programs: ProgramBatch, pair_image: torch.Tensor,
-                 pair_caption: torch.Tensor) -> tuple[ExecutionPlan, torch.Tensor]:
+                 programs: ProgramBatch, pair_image: torch.Tensor, pair_caption: torch.Tensor,
+                 template_states: torch.Tensor | None = None) -> tuple[ExecutionPlan, torch.Tensor]:
         """Check the inputs, plan the work items and run them: the plan and the (W, D) embeddings."""
         check_visual_inputs(regions, geometry, region_mask)
         if pair_image.numel() == 0:
             raise ValueError("no (image, caption) pairs to score: pair_image is empty")
         plan = plan_execution(programs, pair_image, pair_caption, num_images=regions.shape[0])
-        return plan, self._run(plan, programs, regions, geometry, region_mask)
+        return plan, self._run(plan, programs, regions, geometry, region_mask, template_states)
 
     def _run(self, plan: ExecutionPlan, programs: ProgramBatch, regions: torch.Tensor, geometry: torch.Tensor,
-             region_mask: torch.Tensor) -> torch.Tensor:
-        """Execute the plan level by level; -> (W, D) embedding of every work item."""
+             region_mask: torch.Tensor, template_states: torch.Tensor | None = None) -> torch.Tensor:
+        """Execute the plan level by level; -> (W, D) embedding of every work item.
+
+        ``template_states``: the PT's (P, T, D) output for all of ``programs``' templates, when the caller
+        scores the same programs on several image chunks (:meth:`score_all`): the PT is then not run here.
+        """
         device = regions.device
         work_image = plan.work_image.to(device)
         work_subtree = plan.work_subtree.to(device)
@@ -241,7 +260,7 @@ class Composer(PretrainedModel, nn.Module):
             tmask = tmask[:, :T]
             tids = programs.template_tokens.ids.to(device)[preds][:, :T]              # (P', T)
         word_emb = template_emb = None
-        if self.fast_path and words is not None and composed is not None:
+        if self.fast_path and words is not None and composed is not None and template_states is None:
             word_emb, template_emb = self._embed_together(words.ids, tids)
         if words is None:
             outputs.append(regions.new_zeros((0, self.config.text.hidden_size)))
@@ -253,7 +272,10 @@ class Composer(PretrainedModel, nn.Module):
         # the PT: each distinct template of the composed items, once
         slots = programs.template_tokens.placeholder_slot.to(device)[preds][:, :T]    # (P', T)
         ph_pos = programs.template_tokens.placeholder_positions.to(device)[preds]     # (P', A)
-        pt_states = self.predicate_transformer(tids, tmask, embedded=template_emb)   # (P', T, D)
+        if template_states is not None:
+            pt_states = template_states.to(device)[preds][:, :T]                      # (P', T, D), 0 at padding
+        else:
+            pt_states = self.predicate_transformer(tids, tmask, embedded=template_emb)  # (P', T, D)
         ct_visual = self.composition_transformer.encode_visual(regions, geometry, region_mask,
                                                                  packed=self.fast_path)  # (I, R, Dv) | None
         # the first CrossAtt's keys and values over each image, once for every level
