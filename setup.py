@@ -33,6 +33,7 @@ setup(
     ]},
     install_requires=[
         "numpy>=1.24",
+        "lemminflect>=0.2.3",  # word forms of hard negatives (crg/hard_negatives/morphology.py)
         "scipy>=1.10",
         "nltk>=3.8",
         "tqdm>=4.60",

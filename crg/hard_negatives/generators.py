@@ -15,12 +15,13 @@ import random
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from crg.blind import grammar_violations
 from crg.dep_to_constituency import PUNCT_TAGS
 from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
-    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind)
+    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_order_free)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
@@ -80,9 +81,8 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 if _normalize(x.text) == _normalize(y.text):
                     reason = "identical arguments" if not out else reason
                     continue
-                between = " ".join(parsed.tokens[i][0].lower() for i in range(x.end, y.start)
-                                   if parsed.tokens[i][1] not in PUNCT_TAGS)
-                if b == a + 1 and (between in SYMMETRIC_CONNECTIVES or not between):
+                between = [parsed.tokens[i] for i in range(x.end, y.start) if parsed.tokens[i][1] not in PUNCT_TAGS]
+                if b == a + 1 and is_order_free(between):
                     reason = "symmetric relation (next to, and, ...)" if not out else reason
                     continue
                 # an argument's trailing punctuation (a parse that puts the final period inside the last
@@ -157,9 +157,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                     {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
                 continue
             y_start = y.determiner if y.determiner is not None else y.run_start
-            between = " ".join(toks[i].word.lower() for i in range(x.head + 1, y_start)
-                               if toks[i].tag not in PUNCT_TAGS)
-            if modifiers(x) == modifiers(y) and (between in SYMMETRIC_CONNECTIVES or not between):
+            between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
+            if modifiers(x) == modifiers(y) and is_order_free(between):
                 continue
             proper = tx.tag in ("NNP", "NNPS")
             wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
@@ -206,17 +205,39 @@ def _atom_slots(parsed: ParsedCaption, vocab: AtomVocabulary | None, cfg: HardNe
     return [s for s in slots if s[2]], any_atom
 
 
+def _foil_weights(kind: str, pool: list[str], vocab: AtomVocabulary | None) -> list[float] | None:
+    """Cumulative weights of a slot's foils by their corpus counts (``foil_sampling="frequency"``): the
+    foils' word distribution then follows the captions' own, so that a bag-of-words model learns no
+    "rare word = negative" rule (uniform draws over-use rare nouns). ``None``: uniform (no counts)."""
+    if vocab is None:
+        return None
+    if kind.startswith("noun:"):
+        counts = vocab.nouns.get(kind.split(":", 1)[1], {})
+    elif kind == "color":
+        counts = vocab.colors
+    else:
+        return None
+    total, out = 0.0, []
+    for w in pool:
+        total += max(counts.get(w, 0), 1)
+        out.append(total)
+    return out
+
+
 def _atom_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Random) -> tuple[list[_Candidate], str]:
     slots, any_atom = _atom_slots(parsed, vocab, cfg, banned)
     if not slots:
         return [], ("no atom of a known kind (noun, colour, size, spatial word)" if not any_atom
                     else "no foil of the same kind (vocabulary empty, or every foil used for this image)")
     toks, out, seen = parsed.edit_tokens(), [], set()
+    weights = [_foil_weights(kind, pool, vocab) if cfg.foil_sampling == "frequency" else None
+               for _, kind, pool in slots]
     for _ in range(_MAX_TRIES * cfg.per_type):
         if len(out) >= cfg.per_type:
             break
-        i, kind, pool = slots[rng.randrange(len(slots))]
-        foil = pool[rng.randrange(len(pool))]
+        k = rng.randrange(len(slots))
+        i, kind, pool = slots[k]
+        foil = pool[rng.randrange(len(pool))] if weights[k] is None else rng.choices(pool, cum_weights=weights[k])[0]
         if (i, foil) in seen:
             continue
         seen.add((i, foil))
@@ -514,7 +535,8 @@ def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | No
     extended = config.extended_edits
     banned = {w.lower() for w in image_words} | set(parsed.words())
     source = parsed.text
-    candidates, skipped = {}, {}
+    candidates, skipped, dropped = {}, {}, {}
+    source_violations = grammar_violations(parsed.tokens) if config.drop_ungrammatical else 0
     seen = {_normalize(source)}
     for hn_type in config.types:
         rng = random.Random(f"{config.seed}:{hn_type}:{image_id}:{source}")
@@ -537,13 +559,18 @@ def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | No
             if key in seen:
                 continue
             seen.add(key)
+            if config.drop_ungrammatical and grammar_violations(tagged) > source_violations:
+                dropped[hn_type] = dropped.get(hn_type, 0) + 1
+                continue
             kept.append(NegativeCandidate(HardNegative(hn_type, text, source, cand.change, image_id, spans),
                                           tuple(tagged)))
         if kept:
             candidates[hn_type] = kept
+        elif dropped.get(hn_type):
+            skipped[hn_type] = "every candidate ungrammatical (agreement) or a repeat"
         else:
             skipped[hn_type] = reason or "every candidate repeats the caption or another negative"
-    return CaptionCandidates(candidates, skipped)
+    return CaptionCandidates(candidates, skipped, dropped)
 
 
 def caption_hard_negatives(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | None = None,
@@ -570,4 +597,4 @@ def caption_hard_negatives(parsed: ParsedCaption, *, vocabulary: AtomVocabulary 
     result = caption_candidates(parsed, vocabulary=vocabulary, config=config, image_id=image_id,
                                 image_words=image_words)
     negatives = [c.negative for t in config.types for c in result.candidates.get(t, ())]
-    return CaptionNegatives(negatives, result.skipped)
+    return CaptionNegatives(negatives, result.skipped, result.ungrammatical)

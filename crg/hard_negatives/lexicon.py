@@ -13,7 +13,7 @@ from __future__ import annotations
 from crg.extract import PRIMITIVE_TAGS
 
 __all__ = [
-    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
+    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
     "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
     "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "adjective_kind",
 ]
@@ -25,6 +25,38 @@ CLAUSE_LABELS = frozenset({"S", "SBAR", "SBARQ", "SQ", "SINV"})
 SYMMETRIC_CONNECTIVES = frozenset({
     "and", "or", "nor", "while", "as", "as well as", "along with", "together with", "plus", "next to",
     "beside", "besides", "near", "alongside", "by", "and also", "and a", "with each other"})
+#: Relations whose two arguments can change places without changing what is said: "a cat next to a
+#: dog" is "a dog next to a cat"; "a man with a woman" is "a woman with a man" (issue 33: such swaps
+#: are not false). Matched after any verbs, adverbs and auxiliaries before them ("sitting next to").
+SYMMETRIC_RELATIONS = SYMMETRIC_CONNECTIVES | frozenset({
+    "with", "near to", "close to", "nearby", "adjacent to", "next to each other", "beside each other",
+    "by each other", "together", "opposite", "across from"})
+_ORDER_FREE_LEAD_TAGS = ("VB", "RB", "MD")
+
+
+def is_order_free(between) -> bool:
+    """Whether two arguments joined by ``between`` (the ``(word, PTB tag)`` tokens between them,
+    punctuation left out) can change places keeping the meaning: nothing between them, a
+    coordination, or a symmetric relation (:data:`SYMMETRIC_RELATIONS`) after leading verbs,
+    adverbs and auxiliaries.
+
+    >>> is_order_free([("sitting", "VBG"), ("next", "JJ"), ("to", "IN")]), is_order_free([("with", "IN")])
+    (True, True)
+    >>> is_order_free([("is", "VBZ"), ("chasing", "VBG")]), is_order_free([("on", "IN")])
+    (False, False)
+    """
+    words = [(w.lower(), t) for w, t in between]
+    if " ".join(w for w, _ in words) in SYMMETRIC_CONNECTIVES:
+        return True
+    k = 0
+    while k < len(words) and words[k][1].startswith(_ORDER_FREE_LEAD_TAGS):
+        k += 1
+    rest = " ".join(w for w, _ in words[k:])
+    if rest.startswith(("a ", "an ", "the ")):  # "with a" never: the next argument starts after the relation
+        return False
+    return rest in SYMMETRIC_RELATIONS if k < len(words) else not words
+
+
 COLOR_WORDS = frozenset({
     "red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white", "gray",
     "grey", "tan", "beige", "violet", "cyan", "teal", "maroon", "turquoise", "golden", "silver", "blond",
