@@ -231,8 +231,8 @@ def grammar_violations(tagged: Sequence[tuple[str, str]]) -> int:
 
     The rules: a singular determiner ("a", "one", "this", ...) whose noun (after adjectives and
     participles) is plural (NNS) or a plural one ("two", "these", "several") whose noun is singular
-    (NN, not a mass noun we can tell); "is"/"was" right after a plural noun, "are"/"were" right after
-    a singular one; the same word twice in a row.
+    (NN, not a mass noun we can tell); "is"/"was" (or any VBZ verb) right after a plural noun,
+    "are"/"were" (or any VBP verb) right after a singular one; the same word twice in a row.
 
     >>> grammar_violations([("a", "DT"), ("red", "JJ"), ("dogs", "NNS"), ("is", "VBZ"), ("here", "RB")])
     2
@@ -261,6 +261,9 @@ def grammar_violations(tagged: Sequence[tuple[str, str]]) -> int:
             out += 1
         if i and w in ("are", "were") and tags[i - 1] == "NN":
             out += 1
+        elif i and w not in ("is", "was", "are", "were") and w.isalpha() and \
+                ((tags[i] == "VBZ" and tags[i - 1] == "NNS") or (tags[i] == "VBP" and tags[i - 1] == "NN")):
+            out += 1  # "flowers contains", "a dog run": any verb, not only "be"
     return out
 
 

@@ -21,7 +21,8 @@ from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
-    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_order_free)
+    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_order_free, LIST_JOINERS,
+    PREPOSITION_SYNONYMS)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
@@ -130,6 +131,10 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 i, j = slots[a], slots[b]
                 if words[i] == words[j] or toks[i].tag != toks[j].tag:
                     continue
+                if kind == "verb" and all(w in LIST_JOINERS for w in words[i + 1:j]):
+                    continue  # "driving and observing": coordinated verbs keep the meaning swapped
+                if kind == "preposition" and any({words[i], words[j]} <= g for g in PREPOSITION_SYNONYMS):
+                    continue  # "in ... into": as good as the same preposition
                 new = _replace(_replace(toks, i, words[j]), j, words[i])
                 out.append(_Candidate(tuple(new), Change("swap_relations", (words[i], words[j]), (words[j], words[i]),
                                                          kind)))
@@ -149,6 +154,10 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
         start = m.determiner if m.determiner is not None else m.run_start
         return ["a" if toks[i].word.lower() == "an" else toks[i].word.lower() for i in range(start, m.head)]
 
+    def content(m) -> list[str]:  # the modifiers that say something of the object (no articles, quantities)
+        return [w for i, w in zip(range(m.determiner if m.determiner is not None else m.run_start, m.head), modifiers(m))
+                if toks[i].tag not in ("DT", "CD", "PRP$", "PDT") and w not in QUANTIFIERS]
+
     for a in range(len(mentions)):
         for b in range(a + 1, len(mentions)):
             x, y = mentions[a], mentions[b]
@@ -160,6 +169,10 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
             if modifiers(x) == modifiers(y) and is_order_free(between):
                 continue
+            if not content(x) and not content(y) and all(w.lower() in LIST_JOINERS for w, _ in between) and \
+                    y.head == max(y.head, x.head) and not any(toks[k].tag.startswith(("VB", "IN"))
+                                                              for k in range(x.head + 1, y_start)):
+                continue  # "a toilet and sink", "plates, bowls": items of one list, order-free
             proper = tx.tag in ("NNP", "NNPS")
             wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
             new = _replace(_replace(toks, x.head, wy), y.head, wx)

@@ -15,7 +15,7 @@ from crg.extract import PRIMITIVE_TAGS
 __all__ = [
     "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
     "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
-    "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "adjective_kind",
+    "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS", "LIST_JOINERS", "adjective_kind",
 ]
 
 #: Constituent labels of noun-like and clause-like arguments: a swap exchanges two of one kind.
@@ -115,6 +115,13 @@ NO_DETERMINERS = frozenset({"a", "an", "the", "some", "one", "two", "three", "fo
                             "nine", "ten", "several", "many", "multiple"})
 #: Prepositions of place and accompaniment that two of can change places ("a cat on a bed in a room"
 #: -> "a cat in a bed on a room"); "of", "to", "for" mostly mark structure, not a relation.
+#: Prepositions that say about the same: swapping two of one group keeps the meaning ("in his mouth ...
+#: into his hand").
+PREPOSITION_SYNONYMS = (frozenset({"in", "into", "inside"}), frozenset({"on", "onto", "upon", "atop"}),
+                        frozenset({"near", "beside", "by", "next"}), frozenset({"under", "underneath", "beneath", "below"}),
+                        frozenset({"over", "above"}), frozenset({"toward", "towards"}))
+#: Words that join the items of a list: two items joined only by these keep the meaning swapped.
+LIST_JOINERS = frozenset({"and", "or", ",", "&", "plus"})
 SWAPPABLE_PREPOSITIONS = frozenset({
     "on", "in", "at", "under", "over", "behind", "near", "beside", "above", "below", "inside", "into", "onto",
     "across", "along", "through", "around", "with", "by", "from", "toward", "towards", "underneath", "beneath",
