@@ -289,3 +289,19 @@ def test_comp_never_moves_an_attribute_to_another_mention_of_its_own_head():
     r = caption_candidates(p, config=HardNegativeConfig(types=(HN_COMP,)), limit=20)
     assert not any(c.negative.change.op in ("move_attribute", "swap_attributes")
                    for c in r.candidates.get(HN_COMP, []))
+
+
+def test_two_places_in_a_row_are_not_swapped_and_list_items_neither():
+    from crg.hard_negatives.lexicon import is_place_chain
+
+    assert is_place_chain("on", [("on", "IN")]) and is_place_chain("in", [("at", "IN")])
+    assert not is_place_chain("riding", [("on", "IN")]) and not is_place_chain("on", [("next", "JJ"), ("to", "IN")])
+    texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN man)) (VP (VBG riding) (PP (IN on) (NP (DT a) (NN bicycle))) "
+                         "(PP (IN on) (NP (DT a) (NN sidewalk)))) (. .)))")
+    assert "A man riding on a sidewalk on a bicycle." not in texts and texts  # the subject may still swap
+    texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN bathroom)) (PP (IN with) (NP (NP (DT a) (NN toilet) (CC and) "
+                         "(NN sink)) (CC and) (NP (DT some) (NN wood) (NNS cabinets)))) (. .)))")
+    assert not any("sink and toilet" in t for t in texts)
+    texts, _, _ = _swaps("(TOP (S (NP (NNS People)) (VP (VBG driving) (CC and) (VBG observing) (NP (NNS giraffes)))"
+                         " (. .)))")
+    assert "People observing and driving giraffes." not in texts

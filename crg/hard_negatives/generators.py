@@ -21,7 +21,7 @@ from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
-    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_order_free, LIST_JOINERS,
+    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_order_free, is_place_chain, LIST_JOINERS,
     PREPOSITION_SYNONYMS)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
@@ -85,6 +85,9 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 between = [parsed.tokens[i] for i in range(x.end, y.start) if parsed.tokens[i][1] not in PUNCT_TAGS]
                 if b == a + 1 and is_order_free(between):
                     reason = "symmetric relation (next to, and, ...)" if not out else reason
+                    continue
+                if is_place_chain(parsed.tokens[x.start - 1][0] if x.start else None, between):
+                    reason = "two places in a row (both hold: 'on a plate on a table')" if not out else reason
                     continue
                 # an argument's trailing punctuation (a parse that puts the final period inside the last
                 # argument) stays where it is: the swap never moves "wall." into the middle of the caption
@@ -169,6 +172,9 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
             if modifiers(x) == modifiers(y) and is_order_free(between):
                 continue
+            x_start = x.determiner if x.determiner is not None else x.run_start
+            if is_place_chain(toks[x_start - 1].word if x_start else None, between):
+                continue  # "on a bicycle on a sidewalk": both places hold, swapped too
             if not content(x) and not content(y) and all(w.lower() in LIST_JOINERS for w, _ in between) and \
                     y.head == max(y.head, x.head) and not any(toks[k].tag.startswith(("VB", "IN"))
                                                               for k in range(x.head + 1, y_start)):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from crg.extract import PRIMITIVE_TAGS
 
 __all__ = [
-    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
+    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free", "PLACE_PREPOSITIONS", "is_place_chain", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
     "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
     "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS", "LIST_JOINERS", "adjective_kind",
 ]
@@ -55,6 +55,23 @@ def is_order_free(between) -> bool:
     if rest.startswith(("a ", "an ", "the ")):  # "with a" never: the next argument starts after the relation
         return False
     return rest in SYMMETRIC_RELATIONS if k < len(words) else not words
+
+
+#: Prepositions of place: two places in a row ("on a dirt road on the countryside", "on a plate on a
+#: table") usually both hold, so swapping them keeps what is said (issue 33's hand-read sample).
+PLACE_PREPOSITIONS = frozenset({"on", "in", "at", "inside", "by", "near", "beside", "along", "atop", "onto", "into"})
+
+
+def is_place_chain(before_first: str | None, between) -> bool:
+    """Whether two arguments are consecutive places: the first follows a place preposition
+    (``before_first``) and only another one stands between them (``between``: ``(word, tag)``
+    tokens, punctuation left out).
+
+    >>> is_place_chain("on", [("on", "IN")]), is_place_chain("riding", [("on", "IN")])
+    (True, False)
+    """
+    return (before_first or "").lower() in PLACE_PREPOSITIONS and len(between) == 1 and \
+        between[0][0].lower() in PLACE_PREPOSITIONS
 
 
 COLOR_WORDS = frozenset({
