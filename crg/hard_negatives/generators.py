@@ -479,7 +479,7 @@ def _comp_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Rand
                 # move a to b's object, unless b already has an attribute of a's kind ("a red blue
                 # sphere"): it goes first in b's adjective run; what followed a in its own run now
                 # follows a's article, so the article must agree with it again
-                if adjective_kind(wa) in b_kinds:
+                if adjective_kind(wa) in b_kinds or not cfg.move_attributes:
                     continue
                 new = []
                 for i, t in enumerate(toks):

@@ -141,6 +141,10 @@ class HardNegativeConfig:
         foil_sampling: ``"frequency"`` (default): HN-ATOM draws a foil in proportion to its corpus
             count, so negatives use words as often as captions do (a word-pair classifier learns
             "a rare noun is the negative" from uniform draws); ``"uniform"``: every foil alike.
+        move_attributes: HN-COMP also moves an attribute from one object to another ("a small boy
+            holding a plate" -> "a boy holding a small plate"). Off by default: the other object may
+            well have the attribute too, so the negative is often not false (22 of 50 read by hand on
+            COCO, docs/hard_negatives.md); swaps and compound splits remain.
     """
 
     per_type: int = 5
@@ -150,6 +154,7 @@ class HardNegativeConfig:
     refinement: RefinementConfig | None = None
     drop_ungrammatical: bool = True
     foil_sampling: str = "frequency"
+    move_attributes: bool = False
 
     def __post_init__(self):
         if self.per_type < 1:
