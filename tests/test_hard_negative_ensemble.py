@@ -305,3 +305,13 @@ def test_two_places_in_a_row_are_not_swapped_and_list_items_neither():
     texts, _, _ = _swaps("(TOP (S (NP (NNS People)) (VP (VBG driving) (CC and) (VBG observing) (NP (NNS giraffes)))"
                          " (. .)))")
     assert "People observing and driving giraffes." not in texts
+
+
+def test_symmetric_relations_after_verbs_and_adverbs_and_shared_modifiers():
+    assert is_order_free([("standing", "VBG"), ("next", "RB"), ("to", "IN")])  # "next" tagged RB
+    assert is_order_free([("walking", "VBG"), ("not", "RB"), ("too", "RB"), ("far", "RB"), ("from", "IN")])
+    assert not is_order_free([("standing", "VBG"), ("on", "IN")])
+    # "wooden spoons and utensils": the bare second item shares "wooden"; swapping keeps the meaning
+    texts, _, _ = _swaps("(TOP (S (NP (DT The) (NN table)) (VP (VBZ is) (ADJP (JJ full) (PP (IN of) (NP (JJ wooden) "
+                         "(NNS spoons) (CC and) (NNS utensils))))) (. .)))")
+    assert "The table is full of wooden utensils and spoons." not in texts

@@ -175,6 +175,9 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             x_start = x.determiner if x.determiner is not None else x.run_start
             if is_place_chain(toks[x_start - 1].word if x_start else None, between):
                 continue  # "on a bicycle on a sidewalk": both places hold, swapped too
+            bare_y = y.determiner is None and y.run_start == y.head
+            if bare_y and between and all(w.lower() in LIST_JOINERS for w, _ in between):
+                continue  # "wooden spoons and utensils": the second item shares the first's modifiers
             if not content(x) and not content(y) and all(w.lower() in LIST_JOINERS for w, _ in between) and \
                     y.head == max(y.head, x.head) and not any(toks[k].tag.startswith(("VB", "IN"))
                                                               for k in range(x.head + 1, y_start)):

@@ -30,7 +30,7 @@ SYMMETRIC_CONNECTIVES = frozenset({
 #: are not false). Matched after any verbs, adverbs and auxiliaries before them ("sitting next to").
 SYMMETRIC_RELATIONS = SYMMETRIC_CONNECTIVES | frozenset({
     "with", "near to", "close to", "nearby", "adjacent to", "next to each other", "beside each other",
-    "by each other", "together", "opposite", "across from"})
+    "by each other", "together", "opposite", "across from", "not far from", "not too far from", "not to far from"})
 _ORDER_FREE_LEAD_TAGS = ("VB", "RB", "MD")
 
 
@@ -46,15 +46,14 @@ def is_order_free(between) -> bool:
     (False, False)
     """
     words = [(w.lower(), t) for w, t in between]
-    if " ".join(w for w, _ in words) in SYMMETRIC_CONNECTIVES:
+    if not words or " ".join(w for w, _ in words) in SYMMETRIC_CONNECTIVES:
         return True
-    k = 0
-    while k < len(words) and words[k][1].startswith(_ORDER_FREE_LEAD_TAGS):
-        k += 1
-    rest = " ".join(w for w, _ in words[k:])
-    if rest.startswith(("a ", "an ", "the ")):  # "with a" never: the next argument starts after the relation
-        return False
-    return rest in SYMMETRIC_RELATIONS if k < len(words) else not words
+    for k in range(len(words)):  # "next" may be tagged RB: try every end of the leading run
+        if k and not words[k - 1][1].startswith(_ORDER_FREE_LEAD_TAGS):
+            break
+        if " ".join(w for w, _ in words[k:]) in SYMMETRIC_RELATIONS:
+            return True
+    return False
 
 
 #: Prepositions of place: two places in a row ("on a dirt road on the countryside", "on a plate on a
@@ -132,9 +131,10 @@ NO_DETERMINERS = frozenset({"a", "an", "the", "some", "one", "two", "three", "fo
                             "nine", "ten", "several", "many", "multiple"})
 #: Prepositions of place and accompaniment that two of can change places ("a cat on a bed in a room"
 #: -> "a cat in a bed on a room"); "of", "to", "for" mostly mark structure, not a relation.
-#: Prepositions that say about the same: swapping two of one group keeps the meaning ("in his mouth ...
-#: into his hand").
-PREPOSITION_SYNONYMS = (frozenset({"in", "into", "inside"}), frozenset({"on", "onto", "upon", "atop"}),
+#: Prepositions that say about the same: swapping two of one group keeps the meaning, or near enough
+#: ("in his mouth ... into his hand", "lying on the sand ... played in the waves", "by an aircraft
+#: parked at the gate": places, issue 33's hand-read sample).
+PREPOSITION_SYNONYMS = (frozenset({"in", "into", "inside", "on", "onto", "upon", "atop", "at", "by"}),
                         frozenset({"near", "beside", "by", "next"}), frozenset({"under", "underneath", "beneath", "below"}),
                         frozenset({"over", "above"}), frozenset({"toward", "towards"}))
 #: Words that join the items of a list: two items joined only by these keep the meaning swapped.
