@@ -315,3 +315,10 @@ def test_symmetric_relations_after_verbs_and_adverbs_and_shared_modifiers():
     texts, _, _ = _swaps("(TOP (S (NP (DT The) (NN table)) (VP (VBZ is) (ADJP (JJ full) (PP (IN of) (NP (JJ wooden) "
                          "(NNS spoons) (CC and) (NNS utensils))))) (. .)))")
     assert "The table is full of wooden utensils and spoons." not in texts
+
+
+def test_copulas_likeness_and_long_lists_are_order_free():
+    assert is_order_free([("is", "VBZ")]) and is_order_free([("like", "IN")])
+    texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN bathroom)) (PP (IN with) (NP (DT a) (NN sink) (, ,) (NN toilet) (, ,) "
+                         "(CC and) (NN vanity))) (. .)))")
+    assert not any("vanity , toilet" in t or "vanity, toilet" in t for t in texts), texts

@@ -21,7 +21,7 @@ from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
-    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_order_free, is_place_chain, LIST_JOINERS,
+    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free, is_place_chain, LIST_JOINERS,
     PREPOSITION_SYNONYMS)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
@@ -85,6 +85,9 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 between = [parsed.tokens[i] for i in range(x.end, y.start) if parsed.tokens[i][1] not in PUNCT_TAGS]
                 if b == a + 1 and is_order_free(between):
                     reason = "symmetric relation (next to, and, ...)" if not out else reason
+                    continue
+                if is_list_between(between):
+                    reason = "items of one list (order-free)" if not out else reason
                     continue
                 if is_place_chain(parsed.tokens[x.start - 1][0] if x.start else None, between):
                     reason = "two places in a row (both hold: 'on a plate on a table')" if not out else reason
@@ -175,6 +178,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             x_start = x.determiner if x.determiner is not None else x.run_start
             if is_place_chain(toks[x_start - 1].word if x_start else None, between):
                 continue  # "on a bicycle on a sidewalk": both places hold, swapped too
+            if is_list_between(between):
+                continue  # "a sink , toilet , and vanity": items of one list, order-free
             bare_y = y.determiner is None and y.run_start == y.head
             if bare_y and between and all(w.lower() in LIST_JOINERS for w, _ in between):
                 continue  # "wooden spoons and utensils": the second item shares the first's modifiers

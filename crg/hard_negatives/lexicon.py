@@ -13,7 +13,7 @@ from __future__ import annotations
 from crg.extract import PRIMITIVE_TAGS
 
 __all__ = [
-    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free", "PLACE_PREPOSITIONS", "is_place_chain", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
+    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free", "PLACE_PREPOSITIONS", "is_place_chain", "is_list_between", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
     "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
     "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS", "LIST_JOINERS", "adjective_kind",
 ]
@@ -30,7 +30,8 @@ SYMMETRIC_CONNECTIVES = frozenset({
 #: are not false). Matched after any verbs, adverbs and auxiliaries before them ("sitting next to").
 SYMMETRIC_RELATIONS = SYMMETRIC_CONNECTIVES | frozenset({
     "with", "near to", "close to", "nearby", "adjacent to", "next to each other", "beside each other",
-    "by each other", "together", "opposite", "across from", "not far from", "not too far from", "not to far from"})
+    "by each other", "together", "opposite", "across from", "not far from", "not too far from", "not to far from", "like", "is", "are",
+    "is the", "are the"})
 _ORDER_FREE_LEAD_TAGS = ("VB", "RB", "MD")
 
 
@@ -71,6 +72,17 @@ def is_place_chain(before_first: str | None, between) -> bool:
     """
     return (before_first or "").lower() in PLACE_PREPOSITIONS and len(between) == 1 and \
         between[0][0].lower() in PLACE_PREPOSITIONS
+
+
+def is_list_between(between) -> bool:
+    """Whether two items are in one list: only nouns, determiners, numbers, adjectives and list
+    joiners (at least one) between them ("sink , toilet , and vanity"): their order is free.
+
+    >>> is_list_between([("toilet", "NN"), ("and", "CC")]), is_list_between([("on", "IN"), ("and", "CC")])
+    (True, False)
+    """
+    return any(w.lower() in LIST_JOINERS for w, _ in between) and \
+        all(w.lower() in LIST_JOINERS or t.startswith(("NN", "DT", "CD", "JJ")) for w, t in between)
 
 
 COLOR_WORDS = frozenset({
