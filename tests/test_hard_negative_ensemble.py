@@ -322,3 +322,25 @@ def test_copulas_likeness_and_long_lists_are_order_free():
     texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN bathroom)) (PP (IN with) (NP (DT a) (NN sink) (, ,) (NN toilet) (, ,) "
                          "(CC and) (NN vanity))) (. .)))")
     assert not any("vanity , toilet" in t or "vanity, toilet" in t for t in texts), texts
+
+
+def test_atom_foils_follow_corpus_counts():
+    from collections import Counter
+
+    from crg.hard_negatives import AtomVocabulary
+    from crg.hard_negatives.generators import _foil_weights
+
+    vocab = AtomVocabulary(nouns={"NN": Counter({"cat": 90, "emu": 1, "bus": 9})}, colors=Counter({"red": 3}))
+    pool = ["bus", "cat", "emu"]
+    assert _foil_weights("noun:NN", pool, vocab) == [9.0, 99.0, 100.0]  # cumulative counts, naive sum
+    assert _foil_weights("color", ["red", "teal"], vocab) == [3.0, 4.0]  # an unseen colour counts 1
+    assert _foil_weights("size", ["big"], vocab) is None and _foil_weights("noun:NN", pool, None) is None
+    drawn = Counter()
+    for k in range(40):
+        p = _parsed(f"(TOP (NP (NP (DT A) (NN dog)) (PP (IN in) (NP (DT a) (NN park{k}))) (. .)))")
+        for config in (HardNegativeConfig(types=(HN_ATOM,), per_type=1, min_atom_count=1, seed=k),):
+            r = caption_candidates(p, vocabulary=vocab, config=config)
+            drawn.update(c.negative.change.after[0] for c in r.candidates.get(HN_ATOM, []))
+    assert drawn["cat"] > drawn["bus"] > drawn["emu"]
+    with pytest.raises(ValueError, match="foil_sampling"):
+        HardNegativeConfig(foil_sampling="zipf")
