@@ -319,8 +319,8 @@ def test_symmetric_relations_after_verbs_and_adverbs_and_shared_modifiers():
 
 def test_copulas_likeness_and_long_lists_are_order_free():
     assert is_order_free([("is", "VBZ")]) and is_order_free([("like", "IN")])
-    texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN bathroom)) (PP (IN with) (NP (DT a) (NN sink) (, ,) (NN toilet) (, ,) "
-                         "(CC and) (NN vanity))) (. .)))")
+    texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN bathroom)) (PP (IN with) (NP (DT a) (NN sink) (, ,) (NN toilet) "
+                         "(, ,) (CC and) (NN vanity))) (. .)))")
     assert not any("vanity , toilet" in t or "vanity, toilet" in t for t in texts), texts
 
 

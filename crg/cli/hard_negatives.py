@@ -88,7 +88,8 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--extra-heldout-lm", action="append", default=[], metavar="FILE:SPLITS",
                     help="another held-out trigram LM (repeatable), e.g. ../shared/data/flickr30k/captions.jsonl:train")
     ap.add_argument("--classifier-folds", type=int, default=5,
-                    help="held out: folds of the word-pair logistic regression, grouped by caption (default 5; 0: none)")
+                    help="held out: folds of the word-pair logistic regression, grouped by caption "
+                         "(default 5; 0: none)")
     ap.add_argument("--parser", default="spacy", help="parser of the captions (default spacy; crg.parse)")
     ap.add_argument("--parser-model", default=None)
     ap.add_argument("--resume", action="store_true",
@@ -272,7 +273,8 @@ def main(argv=None) -> int:
                 "heldout_captions": str(Path(args.heldout_captions or args.captions).resolve()),
                 "heldout_splits": list(heldout_splits), "parser": args.parser, "parser_model": args.parser_model,
                 "lm_orders": list(orders), "refine_rules": args.refine_rules,
-                "extra_heldout_lm": list(args.extra_heldout_lm), "refine_lm": list(args.refine_lm), "classifier_folds": args.classifier_folds}
+                "extra_heldout_lm": list(args.extra_heldout_lm), "refine_lm": list(args.refine_lm),
+                "classifier_folds": args.classifier_folds}
     try:
         out = prepare_output_dir(args.out, command="gc-hard-negatives", settings=settings,
                                  mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
@@ -352,7 +354,8 @@ def main(argv=None) -> int:
         "corpus": {"captions": len(pairs), "parsed": len(parsed), "images": len({i for i, _ in pairs}),
                    "surface_unaligned": sum(p.offsets is None for _, p in parsed)},
         "scorers": {"refined_against": ([f"{_order_name(o)}: order-{o} cut of a Kneser-Ney trigram LM of "
-                                         f"{len(lm_texts):,} captions ({settings['lm_captions']}: {','.join(lm_splits)})"
+                                         f"{len(lm_texts):,} captions "
+                                         f"({settings['lm_captions']}: {','.join(lm_splits)})"
                                          for o in orders]
                                         + [f"{n}: {d}" for n, d, _ in refine_lms]
                                         + [f"{GRAMMAR}: agreement violations then length, from the edit's tags"]

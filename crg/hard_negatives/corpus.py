@@ -132,7 +132,8 @@ def corpus_hard_negatives(captions: Iterable[tuple[str | None, ParsedCaption]], 
         report.add(caption_result)
         out.extend(negatives)
     report.refinement = {"scorers": names, "candidates_per_type": ref.candidates_per_type,
-                         "max_blind_accuracy": ref.max_blind_accuracy, "extended_edits": ref.extended_edits, "pick": ref.pick,
+                         "max_blind_accuracy": ref.max_blind_accuracy, "extended_edits": ref.extended_edits,
+                         "pick": ref.pick,
                          "spread": ref.spread,
                          "types": {t: st.as_dict(names) for t, st in selection.stats.items()}}
     return out, report

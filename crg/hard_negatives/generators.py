@@ -21,8 +21,8 @@ from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
-    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free, is_place_chain, LIST_JOINERS,
-    PREPOSITION_SYNONYMS)
+    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
+    is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
@@ -161,7 +161,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
         return ["a" if toks[i].word.lower() == "an" else toks[i].word.lower() for i in range(start, m.head)]
 
     def content(m) -> list[str]:  # the modifiers that say something of the object (no articles, quantities)
-        return [w for i, w in zip(range(m.determiner if m.determiner is not None else m.run_start, m.head), modifiers(m))
+        start = m.determiner if m.determiner is not None else m.run_start
+        return [w for i, w in zip(range(start, m.head), modifiers(m))
                 if toks[i].tag not in ("DT", "CD", "PRP$", "PDT") and w not in QUANTIFIERS]
 
     for a in range(len(mentions)):

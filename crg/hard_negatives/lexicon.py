@@ -13,9 +13,11 @@ from __future__ import annotations
 from crg.extract import PRIMITIVE_TAGS
 
 __all__ = [
-    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free", "PLACE_PREPOSITIONS", "is_place_chain", "is_list_between", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
+    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free",
+    "PLACE_PREPOSITIONS", "is_place_chain", "is_list_between", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
     "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
-    "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS", "LIST_JOINERS", "adjective_kind",
+    "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS",
+    "LIST_JOINERS", "adjective_kind",
 ]
 
 #: Constituent labels of noun-like and clause-like arguments: a swap exchanges two of one kind.
@@ -30,8 +32,8 @@ SYMMETRIC_CONNECTIVES = frozenset({
 #: are not false). Matched after any verbs, adverbs and auxiliaries before them ("sitting next to").
 SYMMETRIC_RELATIONS = SYMMETRIC_CONNECTIVES | frozenset({
     "with", "near to", "close to", "nearby", "adjacent to", "next to each other", "beside each other",
-    "by each other", "together", "opposite", "across from", "not far from", "not too far from", "not to far from", "like", "is", "are",
-    "is the", "are the"})
+    "by each other", "together", "opposite", "across from", "not far from", "not too far from", "not to far from",
+    "like", "is", "are", "is the", "are the"})
 _ORDER_FREE_LEAD_TAGS = ("VB", "RB", "MD")
 
 
@@ -147,7 +149,8 @@ NO_DETERMINERS = frozenset({"a", "an", "the", "some", "one", "two", "three", "fo
 #: ("in his mouth ... into his hand", "lying on the sand ... played in the waves", "by an aircraft
 #: parked at the gate": places, issue 33's hand-read sample).
 PREPOSITION_SYNONYMS = (frozenset({"in", "into", "inside", "on", "onto", "upon", "atop", "at", "by"}),
-                        frozenset({"near", "beside", "by", "next"}), frozenset({"under", "underneath", "beneath", "below"}),
+                        frozenset({"near", "beside", "by", "next"}),
+                        frozenset({"under", "underneath", "beneath", "below"}),
                         frozenset({"over", "above"}), frozenset({"toward", "towards"}))
 #: Words that join the items of a list: two items joined only by these keep the meaning swapped.
 LIST_JOINERS = frozenset({"and", "or", ",", "&", "plus"})
