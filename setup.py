@@ -40,6 +40,7 @@ setup(
         # torch.nn.attention.sdpa_kernel (composer/modeling/attention.py) needs 2.3
         "torch>=2.3",
         "numpy>=1.24",
+        "lemminflect>=0.2.3",  # word forms of hard negatives (crg/hard_negatives/morphology.py)
         "scipy>=1.10",
         "nltk>=3.8",
         "tqdm>=4.60",

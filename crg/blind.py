@@ -43,6 +43,10 @@ __all__ = [
     "TrigramLM",
     "blind_accuracy",
     "conjunction_count",
+    "fit_pair_logistic",
+    "grouped_folds",
+    "pair_classifier_outcome",
+    "pair_features",
     "negation_count",
     "rule_outcome",
     "space_before_punctuation",
@@ -171,21 +175,36 @@ class TrigramLM:
         d = self.discount
         return max(self.c3.get((u, v, w), 0) - d, 0.0) / total + d * types / total * self._p2(w, v)
 
-    def token_logprobs(self, text: str, tokenizer: Callable[[str], list[str]] = tokenize) -> list[float]:
-        """Natural-log probability of each word of ``text`` and of its end, given the two before."""
+    def order_prob(self, word: str, context: tuple[str, str], order: int = 3) -> float:
+        """``P(word | context)`` of the model cut at ``order`` (1: the Kneser-Ney continuation unigram,
+        2: the interpolated bigram, 3: :meth:`prob`): lower orders of the same counts, each a
+        distribution over the vocabulary, so one fit gives LMs of three orders (refinement's ensemble)."""
+        if order == 3:
+            return self.prob(word, context)
+        w = word if word in self.vocab else UNK
+        if order == 2:
+            v = context[1] if context[1] in self.vocab or context[1] == BOS else UNK
+            return self._p2(w, v)
+        if order == 1:
+            return self._p1(w)
+        raise ValueError(f"order must be 1, 2 or 3, got {order}")
+
+    def token_logprobs(self, text: str, tokenizer: Callable[[str], list[str]] = tokenize,
+                       order: int = 3) -> list[float]:
+        """Natural-log probability of each word of ``text`` and of its end, given the ``order - 1`` before."""
         padded = [BOS, BOS, *tokenizer(text), EOS]
         out = []
         for i in range(2, len(padded)):
-            p = self.prob(padded[i], (padded[i - 2], padded[i - 1]))
+            p = self.order_prob(padded[i], (padded[i - 2], padded[i - 1]), order)
             if p <= 0.0:
                 raise ValueError(f"{text!r}: the word {padded[i]!r} has probability 0 (unknown, and <unk> was never "
                                  f"seen in training); fit with min_count >= 2 or uniform_weight > 0")
             out.append(math.log(p))
         return out
 
-    def score(self, text: str) -> float:
-        """Mean log-probability per token (higher = more plausible caption)."""
-        lp = self.token_logprobs(text)
+    def score(self, text: str, order: int = 3) -> float:
+        """Mean log-probability per token (higher = more plausible caption), of the model cut at ``order``."""
+        lp = self.token_logprobs(text, order=order)
         return sum(lp) / len(lp)
 
     def perplexity(self, texts: Iterable[str]) -> float:
@@ -212,8 +231,8 @@ def grammar_violations(tagged: Sequence[tuple[str, str]]) -> int:
 
     The rules: a singular determiner ("a", "one", "this", ...) whose noun (after adjectives and
     participles) is plural (NNS) or a plural one ("two", "these", "several") whose noun is singular
-    (NN, not a mass noun we can tell); "is"/"was" right after a plural noun, "are"/"were" right after
-    a singular one; the same word twice in a row.
+    (NN, not a mass noun we can tell); "is"/"was" (or any VBZ verb) right after a plural noun,
+    "are"/"were" (or any VBP verb) right after a singular one; the same word twice in a row.
 
     >>> grammar_violations([("a", "DT"), ("red", "JJ"), ("dogs", "NNS"), ("is", "VBZ"), ("here", "RB")])
     2
@@ -242,6 +261,9 @@ def grammar_violations(tagged: Sequence[tuple[str, str]]) -> int:
             out += 1
         if i and w in ("are", "were") and tags[i - 1] == "NN":
             out += 1
+        elif i and w not in ("is", "was", "are", "were") and w.isalpha() and \
+                ((tags[i] == "VBZ" and tags[i - 1] == "NNS") or (tags[i] == "VBP" and tags[i - 1] == "NN")):
+            out += 1  # "flowers contains", "a dog run": any verb, not only "be"
     return out
 
 
@@ -394,3 +416,96 @@ def rule_outcome(pairs: Iterable[tuple[float, float]]) -> RuleOutcome:
         raise ValueError("rule_outcome of no pair")
     accuracy = 100.0 * (right + 0.5 * (n - decided)) / n
     return RuleOutcome(n, accuracy, 100.0 * decided / n, 100.0 * right / decided if decided else None)
+
+
+# ------------------------------------------------------------------ word-pair logistic regression
+def grouped_folds(groups: Sequence[object], num_folds: int = 5, *, seed: int = 0) -> list[int]:
+    """A fold (0..num_folds-1) per item such that items of one group share a fold: groups are shuffled
+    with ``seed`` and dealt round-robin, so fold sizes in groups differ by at most one.
+
+    >>> f = grouped_folds(["a", "b", "a", "c", "b"], 2)
+    >>> f[0] == f[2] and f[1] == f[4]
+    True
+    """
+    import random
+
+    if num_folds < 2:
+        raise ValueError(f"num_folds must be >= 2, got {num_folds}")
+    distinct = sorted(set(map(str, groups)))
+    random.Random(seed).shuffle(distinct)
+    fold_of = {g: k % num_folds for k, g in enumerate(distinct)}
+    return [fold_of[str(g)] for g in groups]
+
+
+def pair_features(pairs: Sequence[tuple[str, str]], *, bigrams: bool = True):
+    """``(N, F)`` sparse matrix of ``bag(first) - bag(second)`` per pair: counts of words and, with
+    ``bigrams``, adjacent word pairs (:func:`tokenize`), over the features the pairs use. A linear
+    model of it without intercept is antisymmetric: swapping a pair's texts negates its score."""
+    from scipy.sparse import csr_matrix
+
+    index: dict[str, int] = {}
+    rows, cols, vals = [], [], []
+
+    def bag(text: str) -> Counter:
+        words = tokenize(text)
+        c = Counter(words)
+        if bigrams:
+            c.update(f"{a} {b}" for a, b in zip(words, words[1:]))
+        return c
+
+    for r, (a, b) in enumerate(pairs):
+        diff = bag(a)
+        diff.subtract(bag(b))
+        for f, v in diff.items():
+            if v:
+                rows.append(r)
+                cols.append(index.setdefault(f, len(index)))
+                vals.append(float(v))
+    return csr_matrix((vals, (rows, cols)), shape=(len(pairs), max(len(index), 1)))
+
+
+def fit_pair_logistic(x, *, l2: float = 1.0, max_iter: int = 500):
+    """Weights ``w`` (F,) of an L2-regularised logistic regression without intercept that takes the
+    first text of every pair for the caption: minimises ``sum_i log(1 + exp(-x_i . w)) + l2/2 |w|^2``
+    (the same as fitting both orders of every pair, ``x`` labelled 1 and ``-x`` 0, with half the
+    loss), by L-BFGS. ``x``: ``(N, F)`` from :func:`pair_features`."""
+    import numpy as np
+    from scipy.optimize import minimize
+    from scipy.special import expit
+
+    if l2 <= 0:
+        raise ValueError(f"l2 must be > 0, got {l2}")
+
+    def loss(w):
+        m = x @ w                                       # (N,) margins
+        value = np.logaddexp(0.0, -m).sum() + 0.5 * l2 * w @ w
+        grad = -(x.T @ expit(-m)) + l2 * w              # (F,)
+        return value, grad
+
+    res = minimize(loss, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B",
+                   options={"maxiter": max_iter, "gtol": 1e-8})
+    return res.x
+
+
+def pair_classifier_outcome(pairs: Sequence[tuple[str, str]], groups: Sequence[object], *, num_folds: int = 5,
+                            seed: int = 0, l2: float = 1.0) -> RuleOutcome:
+    """Held-out accuracy of the word-pair logistic regression on ``(caption, negative)`` pairs: each fold
+    is scored by a model (:func:`fit_pair_logistic` on :func:`pair_features`) fitted on the other
+    folds, with folds grouped by ``groups`` (:func:`grouped_folds`; the source caption, so no caption's
+    pairs are on both sides). As a blind check: the caption is taken where the score is > 0, a tie
+    (score 0, e.g. no feature seen in training) is half right."""
+    import numpy as np
+
+    pairs = list(pairs)
+    if len(pairs) != len(groups):
+        raise ValueError(f"{len(pairs)} pairs but {len(groups)} groups")
+    x = pair_features(pairs)
+    folds = np.asarray(grouped_folds(groups, num_folds, seed=seed))
+    margins = np.zeros(len(pairs))
+    for k in range(num_folds):
+        test = folds == k
+        if not test.any() or test.all():
+            continue
+        w = fit_pair_logistic(x[~test], l2=l2)
+        margins[test] = x[test] @ w
+    return rule_outcome((float(m), 0.0) for m in margins)

@@ -192,7 +192,8 @@ def test_refinement_adds_noun_and_relation_swaps_only_when_on():
     cfg = HardNegativeConfig(types=(HN_SWAP,), per_type=20, refinement=RefinementConfig())
     res = caption_hard_negatives(parsed("bed"), config=cfg)
     assert "A bed on a cat in a room." in texts(res, HN_SWAP, "swap_nouns")
-    assert "A cat in a bed on a room." in texts(res, HN_SWAP, "swap_relations")
+    # "on" and "in" both place the cat: swapped, they say near enough the same (issue 33's hand-read)
+    assert "A cat in a bed on a room." not in texts(res, HN_SWAP, "swap_relations")
     assert "A man holding a horse riding a flag." in texts(caption_hard_negatives(parsed("verbs"), config=cfg),
                                                             HN_SWAP, "swap_relations")
     # "a dog and a cat": swapping alike-modified conjuncts keeps the meaning

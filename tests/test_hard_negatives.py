@@ -6,6 +6,7 @@ import json
 import pkgutil
 import random
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -121,6 +122,8 @@ def test_comp_rebinds_attributes_across_objects(vocab):
         assert re.fullmatch(r"a (red [a-z]+ and an? [a-z]+ cube and a blue sphere|red cube and a blue [a-z]+ and "
                             r"an? [a-z]+ sphere)", norm(text)), text
     res = caption_hard_negatives(parsed("men"), vocabulary=vocab, config=cfg)
+    assert "Two green men in shirts are standing in a yard." not in {n.text for n in res.negatives}  # no moves
+    res = caption_hard_negatives(parsed("men"), vocabulary=vocab, config=replace(cfg, move_attributes=True))
     assert "Two green men in shirts are standing in a yard." in {n.text for n in res.negatives}
     res = caption_hard_negatives(parsed("chase"), vocabulary=vocab, config=cfg)
     assert res.negatives == [] and "no object with an attribute" in res.skipped[HN_COMP]

@@ -38,7 +38,8 @@ def test_writes_negatives_and_report_and_refuses_a_used_out(corpus, tmp_path, ca
     assert main(args + ["--types", *DEFAULT_TYPES, HN_NEG]) == 0
     lines = [json.loads(x) for x in (out / "negatives.jsonl").read_text().splitlines()]
     report = json.loads((out / "report.json").read_text())
-    assert lines and all(set(x) == {"caption", "negative", "type", "image_id", "edit"} for x in lines)
+    assert lines and all(set(x) == {"caption", "negative", "type", "image_id", "edit", "false_because"} for x in lines)
+    assert all(set(x["false_because"]) == {"concept", "reason"} and x["false_because"]["reason"] for x in lines)
     assert all(set(x["edit"]) == {"op", "before", "after", "where", "spans"} and x["edit"]["spans"] for x in lines)
     assert {x["caption"] for x in lines} <= set(TEST) and all(x["negative"] != x["caption"] for x in lines)
     # every negative keeps the caption's " ." (the corpus is written COCO-style)
@@ -51,8 +52,12 @@ def test_writes_negatives_and_report_and_refuses_a_used_out(corpus, tmp_path, ca
         if kept.get(hn_type):
             assert checks["LM (held out)"]["held_out"] and not checks["LM (refined against)"]["held_out"]
             assert checks["space before punctuation is the caption"]["accuracy"] == 50.0
+            assert not checks["more 'and' is the negative"]["held_out"]  # refined against (CountingScorer)
+            assert not checks["LM order 1 (refined against)"]["held_out"]
+        assert entry["counts"]["dropped_ungrammatical"] >= 0
     assert report["types"][HN_NEG]["blind_checks"]["more negation words is the negative"]["accuracy"] > 65
     assert "val" in report["scorers"]["held_out"][0] and "train" in report["scorers"]["refined_against"][0]
+    assert any("grouped" in s for s in report["scorers"]["held_out"])
     assert set(report["timings_s"]) >= {"parse", "fit LMs", "total"}
     with pytest.raises(SystemExit, match="--resume .* or --overwrite"):
         main(args)
@@ -74,6 +79,14 @@ def test_bad_input_is_refused_before_parsing(corpus, tmp_path):
         main(["--captions", str(corpus), "--heldout-splits", "train", "--out", str(out)])
     with pytest.raises(SystemExit, match="must be in"):
         main(["--captions", str(corpus), "--max-blind-accuracy", "60", "--out", str(out)])
+    with pytest.raises(SystemExit, match="lm-orders"):
+        main(["--captions", str(corpus), "--lm-orders", "1,5", "--out", str(out)])
+    with pytest.raises(SystemExit, match="overlaps --split"):
+        main(["--captions", str(corpus), "--refine-lm", f"{corpus}:test", "--out", str(out)])
+    with pytest.raises(SystemExit, match="shares captions with a refinement LM"):
+        main(["--captions", str(corpus), "--refine-lm", f"{corpus}:val", "--out", str(out)])
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["--captions", str(corpus), "--extra-heldout-lm", f"{tmp_path}/nope.jsonl:train", "--out", str(out)])
     assert not out.exists()
 
 
@@ -99,3 +112,15 @@ def test_no_refine_keeps_the_plain_generators_negatives_and_still_reports_held_o
     assert atom["counts"]["kept"] == atom["counts"]["candidates"] == len(lines) > 0
     assert "refinement" not in atom and report["scorers"]["refined_against"] == []
     assert "LM (refined against)" not in atom["blind_checks"] and atom["blind_checks"]["LM (held out)"]["held_out"]
+
+
+def test_classifier_and_extra_lms_are_reported_held_out_or_refined(corpus, tmp_path):
+    out = tmp_path / "ens"
+    assert main(["--captions", str(corpus), "--out", str(out), "--types", "HN-ATOM", "--candidates-per-type", "10",
+                 "--max-blind-accuracy", "1.0", "--heldout-splits", "val", "--classifier-folds", "2",
+                 "--refine-lm", f"{corpus}:train", "--lm-orders", "2,3"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    checks = report["types"]["HN-ATOM"]["blind_checks"]
+    assert checks["word-pair logistic regression (grouped folds)"]["held_out"]
+    assert not checks["LM order 2 (refined against)"]["held_out"] and "LM order 1 (refined against)" not in checks
+    assert any(k.startswith("LM (refined against: ") and not v["held_out"] for k, v in checks.items())

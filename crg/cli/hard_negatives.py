@@ -27,20 +27,29 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from crg.blind import COUNTING_RULES, TrigramLM, rule_outcome
+from crg.blind import COUNTING_RULES, TrigramLM, pair_classifier_outcome, rule_outcome
 from crg.corpus import read_corpus
 from crg.hard_negatives import (
-    HN_ATOM, HN_COMP, HN_SWAP, HN_TYPES, GrammarScorer, HardNegative, HardNegativeConfig, LanguageModelScorer,
+    HN_ATOM, HN_SWAP, HN_TYPES, GrammarScorer, HardNegative, HardNegativeConfig, LanguageModelScorer,
     ParsedCaption, RefinementConfig, corpus_hard_negatives)
+from crg.hard_negatives.reasons import false_because
+from crg.hard_negatives.refine import CountingScorer
 from crg.outputs import OutputDirError, prepare_output_dir, write_json_atomic, write_text_atomic
 
 __all__ = ["DEFAULT_TYPES", "build_argparser", "blind_checks", "negative_record", "main"]
 
 #: HN-NEG is left out by default: a negation adds a negation word, so counting them tells a negation
 #: from its caption (99.9% on COCO); no positive with the same cue can be made without an image.
-DEFAULT_TYPES = (HN_ATOM, HN_SWAP, HN_COMP)
+#: HN-COMP is left out too (docs/hard_negatives.md): moving an attribute to another object is often
+#: still true (22 of 50 read by hand), and without moves only 4% of COCO captions keep one.
+DEFAULT_TYPES = (HN_ATOM, HN_SWAP)
 OWNED = ("negatives.jsonl", "report.json")
 REFINE_LM, HELDOUT_LM, GRAMMAR = "LM (refined against)", "LM (held out)", "grammar"
+PAIR_CLASSIFIER = "word-pair logistic regression (grouped folds)"
+#: Counting rules refinement balances as scorers (the others are structurally silent on these edits and
+#: stay held out: the surface form keeps the caption's spacing; HN-NEG, whose negation words decide it,
+#: is not a default type).
+REFINED_RULES = ("more 'and' is the negative", "shorter is the caption")
 
 
 def build_argparser() -> argparse.ArgumentParser:
@@ -52,7 +61,8 @@ def build_argparser() -> argparse.ArgumentParser:
                     help="the first N captions of the split, in corpus order (default: all)")
     ap.add_argument("--types", nargs="+", choices=HN_TYPES, default=list(DEFAULT_TYPES),
                     help=f"types to make (default {' '.join(DEFAULT_TYPES)}; HN-NEG is left out because counting "
-                         "negation words tells it apart, docs/hard_negatives.md)")
+                         "negation words tells it apart, HN-COMP because its negatives are too often not "
+                         "false or too few, docs/hard_negatives.md)")
     ap.add_argument("--out", required=True, help="output folder (refused if it holds a run, unless --resume/--overwrite)")
     ap.add_argument("--per-type", type=int, default=5, help="negatives kept per caption and type (default 5)")
     ap.add_argument("--seed", type=int, default=0)
@@ -68,6 +78,18 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--heldout-splits", default=None,
                     help="its splits (default: those of the held-out corpus that are neither --split nor, for the "
                          "same file, --lm-splits)")
+    ap.add_argument("--lm-orders", default="1,2,3",
+                    help="refinement: orders of the refinement LM in the ensemble (default 1,2,3: one fit, three LMs)")
+    ap.add_argument("--refine-rules", action=argparse.BooleanOptionalAction, default=True,
+                    help="refinement: balance the 'and' and length counting rules too (default: on)")
+    ap.add_argument("--refine-lm", action="append", default=[], metavar="FILE:SPLITS",
+                    help="refinement: another trigram LM in the ensemble (repeatable), e.g. "
+                         "../shared/data/flickr30k/captions.jsonl:train; never overlapping --split or a held-out LM")
+    ap.add_argument("--extra-heldout-lm", action="append", default=[], metavar="FILE:SPLITS",
+                    help="another held-out trigram LM (repeatable), e.g. ../shared/data/flickr30k/captions.jsonl:train")
+    ap.add_argument("--classifier-folds", type=int, default=5,
+                    help="held out: folds of the word-pair logistic regression, grouped by caption "
+                         "(default 5; 0: none)")
     ap.add_argument("--parser", default="spacy", help="parser of the captions (default spacy; crg.parse)")
     ap.add_argument("--parser-model", default=None)
     ap.add_argument("--resume", action="store_true",
@@ -81,7 +103,8 @@ def negative_record(n: HardNegative) -> dict:
     c = n.change
     return {"caption": n.source, "negative": n.text, "type": n.type, "image_id": n.image_id,
             "edit": {"op": c.op, "before": list(c.before), "after": list(c.after), "where": c.where,
-                     "spans": [[s.source_start, s.source_end, s.negative_start, s.negative_end] for s in n.spans]}}
+                     "spans": [[s.source_start, s.source_end, s.negative_start, s.negative_end] for s in n.spans]},
+            "false_because": false_because(c).as_dict()}
 
 
 def blind_checks(negatives: Iterable[HardNegative], scorers: Mapping[str, Callable[[str], float]],
@@ -98,6 +121,26 @@ def blind_checks(negatives: Iterable[HardNegative], scorers: Mapping[str, Callab
         for name, score in scorers.items():
             d = rule_outcome((score(a), score(b)) for a, b in ps).as_dict()
             out[hn_type][name] = {**d, "held_out": name in held_out}
+    return out
+
+
+def _order_name(order: int) -> str:
+    return REFINE_LM if order == 3 else f"LM order {order} (refined against)"
+
+
+def classifier_checks(negatives: Iterable[HardNegative], num_folds: int, seed: int) -> dict[str, dict]:
+    """Per type, the word-pair logistic regression's held-out outcome (:func:`crg.blind.pair_classifier_outcome`,
+    folds grouped by source caption) as a dict with ``held_out`` True."""
+    by_type: dict[str, list[HardNegative]] = {}
+    for n in negatives:
+        by_type.setdefault(n.type, []).append(n)
+    out = {}
+    for hn_type, ns in by_type.items():
+        groups = [f"{n.image_id}\t{n.source}" for n in ns]
+        if len(set(groups)) < num_folds:
+            continue
+        d = pair_classifier_outcome([(n.source, n.text) for n in ns], groups, num_folds=num_folds, seed=seed)
+        out[hn_type] = {**d.as_dict(), "held_out": True}
     return out
 
 
@@ -135,6 +178,22 @@ def main(argv=None) -> int:
                                     min_atom_count=args.min_atom_count, seed=args.seed, refinement=refinement)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
+    try:
+        orders = tuple(sorted({int(o) for o in args.lm_orders.split(",")}))
+    except ValueError:
+        raise SystemExit(f"error: --lm-orders {args.lm_orders!r}: give orders like 1,2,3") from None
+    if not orders or not set(orders) <= {1, 2, 3}:
+        raise SystemExit(f"error: --lm-orders {args.lm_orders!r}: orders are 1, 2 or 3")
+    extra_specs, refine_specs = [], []
+    for flag, specs, out_specs in (("--extra-heldout-lm", args.extra_heldout_lm, extra_specs),
+                                   ("--refine-lm", args.refine_lm, refine_specs)):
+        for spec in specs:
+            path, _, splits_spec = spec.rpartition(":") if ":" in spec else (spec, "", "")
+            if not Path(path).is_file():
+                raise SystemExit(f"error: {flag} {spec}: no such file {path!r}")
+            out_specs.append((path, splits_spec or None))
+    if args.classifier_folds == 1 or args.classifier_folds < 0:
+        raise SystemExit(f"error: --classifier-folds must be 0 or >= 2, got {args.classifier_folds}")
     for flag in ("captions", "lm_captions", "heldout_captions"):
         path = getattr(args, flag)
         if path is not None and not Path(path).is_file():
@@ -175,6 +234,35 @@ def main(argv=None) -> int:
                          f"(it has {corpus.splits}); give --heldout-captions / --heldout-splits")
     lm_texts = _captions_of(lm_corpus, lm_splits, "--lm-splits") if refinement is not None else []
     heldout_texts = _captions_of(heldout_corpus, heldout_splits, "--heldout-splits")
+    # which (file, split) each LM reads: a held-out LM shares none with the target or a refinement LM
+    def used(path, splits):
+        return {(str(Path(path).resolve()), sp) for sp in splits}
+
+    target_used = used(args.captions, target_splits)
+    refine_used = used(args.lm_captions or args.captions, lm_splits) if refinement is not None else set()
+    extra_refine = []  # (name, description, texts)
+    for path, splits_spec in (refine_specs if refinement is not None else []):
+        c = read_corpus(path)
+        sp = _splits(c, splits_spec, set())
+        if used(path, sp) & target_used:
+            raise SystemExit(f"error: --refine-lm {path}:{','.join(sp)} overlaps --split {args.split}")
+        refine_used |= used(path, sp)
+        texts = _captions_of(c, sp, "--refine-lm")
+        extra_refine.append((f"LM (refined against: {Path(path).parent.name or Path(path).name} {','.join(sp)})",
+                             f"trigram LM of {len(texts):,} captions ({Path(path).resolve()}: {','.join(sp)})", texts))
+    if used(args.heldout_captions or args.captions, heldout_splits) & refine_used:
+        raise SystemExit("error: the held-out LM (--heldout-captions/--heldout-splits) shares captions with a "
+                         "refinement LM (--lm-splits/--refine-lm)")
+    extra_heldout = []  # (name, description, texts)
+    for path, splits_spec in extra_specs:
+        same = Path(path).resolve() == Path(args.captions).resolve()
+        c = corpus if same else read_corpus(path)
+        sp = _splits(c, splits_spec, set(target_splits) if same else set())
+        if used(path, sp) & (target_used | refine_used):
+            raise SystemExit(f"error: --extra-heldout-lm {path}:{','.join(sp)} overlaps --split or a refinement LM")
+        texts = _captions_of(c, sp, "--extra-heldout-lm")
+        extra_heldout.append((f"LM (held out: {Path(path).parent.name or Path(path).name} {','.join(sp)})",
+                              f"trigram LM of {len(texts):,} captions ({Path(path).resolve()}: {','.join(sp)})", texts))
     timings["read corpora"] = time.perf_counter() - t
 
     settings = {"captions": str(Path(args.captions).resolve()), "split": args.split, "num_captions": args.num_captions,
@@ -183,7 +271,10 @@ def main(argv=None) -> int:
                 "candidates_per_type": args.candidates_per_type, "max_blind_accuracy": args.max_blind_accuracy,
                 "lm_captions": str(Path(args.lm_captions or args.captions).resolve()), "lm_splits": list(lm_splits),
                 "heldout_captions": str(Path(args.heldout_captions or args.captions).resolve()),
-                "heldout_splits": list(heldout_splits), "parser": args.parser, "parser_model": args.parser_model}
+                "heldout_splits": list(heldout_splits), "parser": args.parser, "parser_model": args.parser_model,
+                "lm_orders": list(orders), "refine_rules": args.refine_rules,
+                "extra_heldout_lm": list(args.extra_heldout_lm), "refine_lm": list(args.refine_lm),
+                "classifier_folds": args.classifier_folds}
     try:
         out = prepare_output_dir(args.out, command="gc-hard-negatives", settings=settings,
                                  mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
@@ -201,22 +292,41 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     refine_lm = TrigramLM.fit(lm_texts) if refinement is not None else None
     heldout_lm = TrigramLM.fit(heldout_texts)
+    extra_lms = [(name, desc, TrigramLM.fit(texts)) for name, desc, texts in extra_heldout]
+    refine_lms = [(name, desc, TrigramLM.fit(texts)) for name, desc, texts in extra_refine]
     timings["fit LMs"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    scorers = [LanguageModelScorer(refine_lm, name=REFINE_LM), GrammarScorer(name=GRAMMAR)] if refine_lm else []
+    scorers = []
+    if refine_lm is not None:
+        scorers = [LanguageModelScorer(refine_lm, name=_order_name(o), order=o) for o in orders]
+        scorers += [LanguageModelScorer(lm, name=name) for name, _, lm in refine_lms]
+        scorers.append(GrammarScorer(name=GRAMMAR))
+        if args.refine_rules:
+            scorers += [CountingScorer(r) for r in COUNTING_RULES if r.name in REFINED_RULES]
     negatives, report = corpus_hard_negatives(parsed, config=config, scorers=scorers)
     timings["generate" + (" and refine" if refinement else "")] = time.perf_counter() - t
 
     t = time.perf_counter()
     checks: dict[str, Callable[[str], float]] = {}
     if refine_lm is not None:
-        checks[REFINE_LM] = refine_lm.score
+        for o in orders:
+            checks[_order_name(o)] = (lambda lm, o: lambda text: lm.score(text, order=o))(refine_lm, o)
+    for name, _, lm in refine_lms:
+        checks[name] = lm.score
     checks[HELDOUT_LM] = heldout_lm.score
+    for name, _, lm in extra_lms:
+        checks[name] = lm.score
     for rule in COUNTING_RULES:
         checks[rule.name] = rule.score
-    held_out = [HELDOUT_LM] + [r.name for r in COUNTING_RULES]
+    refined_rules = set(REFINED_RULES) if refine_lm is not None and args.refine_rules else set()
+    held_out = [HELDOUT_LM] + [n for n, _, _ in extra_lms] + [r.name for r in COUNTING_RULES
+                                                              if r.name not in refined_rules]
     outcomes = blind_checks(negatives, checks, held_out)
+    if args.classifier_folds:
+        for hn_type, d in classifier_checks(negatives, args.classifier_folds, args.seed).items():
+            outcomes.setdefault(hn_type, {})[PAIR_CLASSIFIER] = d
+        held_out.append(PAIR_CLASSIFIER)
     timings["blind checks"] = time.perf_counter() - t
 
     rep = report.as_dict()
@@ -230,6 +340,7 @@ def main(argv=None) -> int:
                   "picked_per_caption": st.get("picked", rep["produced"].get(hn_type, 0)),
                   "kept": rep["produced"].get(hn_type, 0),
                   "captions_kept": rep["captions_with"].get(hn_type, 0)}
+        counts["dropped_ungrammatical"] = rep.get("dropped_ungrammatical", {}).get(hn_type, 0)
         entry = {"counts": counts, "skipped": rep["skipped"].get(hn_type, {}),
                  "blind_checks": outcomes.get(hn_type, {})}
         if st:
@@ -242,13 +353,20 @@ def main(argv=None) -> int:
         "command": "gc-hard-negatives", "settings": settings,
         "corpus": {"captions": len(pairs), "parsed": len(parsed), "images": len({i for i, _ in pairs}),
                    "surface_unaligned": sum(p.offsets is None for _, p in parsed)},
-        "scorers": {"refined_against": ([f"{REFINE_LM}: trigram LM of {len(lm_texts):,} captions "
-                                         f"({settings['lm_captions']}: {','.join(lm_splits)})",
-                                         f"{GRAMMAR}: agreement violations then length, from the edit's tags"]
-                                        if refinement else []),
+        "scorers": {"refined_against": ([f"{_order_name(o)}: order-{o} cut of a Kneser-Ney trigram LM of "
+                                         f"{len(lm_texts):,} captions "
+                                         f"({settings['lm_captions']}: {','.join(lm_splits)})"
+                                         for o in orders]
+                                        + [f"{n}: {d}" for n, d, _ in refine_lms]
+                                        + [f"{GRAMMAR}: agreement violations then length, from the edit's tags"]
+                                        + sorted(refined_rules) if refinement else []),
                     "held_out": [f"{HELDOUT_LM}: trigram LM of {len(heldout_texts):,} captions "
                                  f"({settings['heldout_captions']}: {','.join(heldout_splits)})"]
-                    + [r.name for r in COUNTING_RULES]},
+                    + [f"{n}: {d}" for n, d, _ in extra_lms]
+                    + [r.name for r in COUNTING_RULES if r.name not in refined_rules]
+                    + ([f"{PAIR_CLASSIFIER}: {args.classifier_folds} folds grouped by source caption, word and "
+                        f"word-pair count differences, trained per type on the other folds' pairs"]
+                       if args.classifier_folds else [])},
         "types": types,
         "timings_s": {**timings, "total": round(total, 1)},
         "machine": f"{platform.processor() or platform.machine()}, {platform.system()}",

@@ -37,7 +37,7 @@ Where things live (each module imports only those above it):
   :class:`Change`, :class:`HardNegative` and :class:`CaptionNegatives`;
 * :mod:`~crg.hard_negatives.lexicon` -- the fixed word lists: colours, size poles, spatial
   opposites, generic and relational nouns, synonym groups, auxiliaries;
-* :mod:`~crg.hard_negatives.morphology` -- word forms by rule: plurals, articles, verb base forms;
+* :mod:`~crg.hard_negatives.morphology` -- word forms (lemminflect): plurals, verb base forms; articles;
 * :mod:`~crg.hard_negatives.parsed_caption` -- :class:`ParsedCaption`, the tokens being edited and
   their realisation as text (:func:`realize_words`), the structural queries the generators share;
 * :mod:`~crg.hard_negatives.vocabulary` -- :class:`AtomVocabulary`, the corpus's nouns and colours;
@@ -45,7 +45,8 @@ Where things live (each module imports only those above it):
 * :mod:`~crg.hard_negatives.refine` -- adversarial refinement against blind text scorers
   (:func:`select_negatives`, :class:`LanguageModelScorer`, :class:`GrammarScorer`), switched on by
   ``HardNegativeConfig(refinement=RefinementConfig())``;
-* :mod:`~crg.hard_negatives.corpus` -- :func:`corpus_hard_negatives` and :class:`GenerationReport`.
+* :mod:`~crg.hard_negatives.corpus` -- :func:`corpus_hard_negatives` and :class:`GenerationReport`;
+* :mod:`~crg.hard_negatives.reasons` -- :func:`false_because`: the concept a negative contradicts.
 """
 
 from crg.hard_negatives.corpus import GenerationReport, corpus_hard_negatives
@@ -55,8 +56,10 @@ from crg.hard_negatives.parsed_caption import ParsedCaption, realize_words
 from crg.hard_negatives.records import (
     HN_ATOM, HN_COMP, HN_NEG, HN_SWAP, HN_TYPES, CaptionCandidates, CaptionNegatives, Change, HardNegative,
     HardNegativeConfig, NegativeCandidate, RefinementConfig)
+from crg.hard_negatives.reasons import FalseReason, false_because
 from crg.hard_negatives.refine import (
-    BlindScorer, CandidateGroup, GrammarScorer, LanguageModelScorer, Selection, TypeSelection, select_negatives)
+    BlindScorer, CandidateGroup, CountingScorer, GrammarScorer, LanguageModelScorer, Selection, TypeSelection,
+    ensemble_scores, select_negatives)
 from crg.hard_negatives.vocabulary import AtomVocabulary
 
 __all__ = [
@@ -64,5 +67,6 @@ __all__ = [
     "RefinementConfig", "ParsedCaption", "AtomVocabulary", "CaptionNegatives", "CaptionCandidates",
     "NegativeCandidate", "GenerationReport", "caption_hard_negatives", "caption_candidates", "corpus_hard_negatives",
     "realize_words", "COLOR_WORDS", "BlindScorer", "LanguageModelScorer", "GrammarScorer", "CandidateGroup",
-    "Selection", "TypeSelection", "select_negatives",
+    "Selection", "TypeSelection", "select_negatives", "CountingScorer", "ensemble_scores", "FalseReason",
+    "false_because",
 ]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from crg.hard_negatives.generators import caption_candidates, caption_hard_negatives
 from crg.hard_negatives.parsed_caption import ParsedCaption
 from crg.hard_negatives.records import CaptionNegatives, HardNegative, HardNegativeConfig
-from crg.hard_negatives.refine import BlindScorer, CandidateGroup, select_negatives
+from crg.hard_negatives.refine import BlindScorer, CandidateGroup, ensemble_scores, select_negatives
 from crg.hard_negatives.vocabulary import AtomVocabulary
 
 __all__ = ["GenerationReport", "corpus_hard_negatives"]
@@ -35,6 +35,7 @@ class GenerationReport:
     captions_with: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, dict[str, int]] = field(default_factory=dict)
     refinement: dict | None = None
+    dropped_ungrammatical: dict[str, int] = field(default_factory=dict)
 
     def add(self, result: CaptionNegatives) -> None:
         self.num_captions += 1
@@ -44,6 +45,8 @@ class GenerationReport:
             self.captions_with[t] = self.captions_with.get(t, 0) + 1
         for t, reason in result.skipped.items():
             self.skip(t, reason)
+        for t, n in getattr(result, "ungrammatical", {}).items():  # the world's negatives have none
+            self.dropped_ungrammatical[t] = self.dropped_ungrammatical.get(t, 0) + n
 
     def skip(self, hn_type: str, reason: str) -> None:
         bucket = self.skipped.setdefault(hn_type, {})
@@ -99,7 +102,7 @@ def corpus_hard_negatives(captions: Iterable[tuple[str | None, ParsedCaption]], 
     def scores(text: str, tagged) -> tuple[float, ...]:
         key = (text, tuple(tagged))
         if key not in cache:
-            cache[key] = tuple(sc.score(text, tagged) for sc in scorers)
+            cache[key] = ensemble_scores(scorers, text, tagged).scores
         return cache[key]
 
     ref = config.refinement
@@ -113,7 +116,8 @@ def corpus_hard_negatives(captions: Iterable[tuple[str | None, ParsedCaption]], 
             groups.append(CandidateGroup(t, source, tuple(scores(c.negative.text, c.tagged) for c in cands),
                                          key=f"{image_id}\t{p.text}"))
             where.append((ci, t))
-    selection = select_negatives(groups, per_group=config.per_type, max_accuracy=ref.max_blind_accuracy)
+    selection = select_negatives(groups, per_group=config.per_type, max_accuracy=ref.max_blind_accuracy,
+                                 pick=ref.pick, spread=ref.spread)
     kept = {w: k for w, k in zip(where, selection.kept)}
     for ci, result in enumerate(per_caption):
         negatives, skipped = [], dict(result.skipped)
@@ -124,10 +128,12 @@ def corpus_hard_negatives(captions: Iterable[tuple[str | None, ParsedCaption]], 
             if not chosen:
                 skipped[t] = "refinement: a blind scorer told every candidate from the caption"
             negatives.extend(result.candidates[t][k].negative for k in chosen)
-        caption_result = CaptionNegatives(negatives, skipped)
+        caption_result = CaptionNegatives(negatives, skipped, dict(result.ungrammatical))
         report.add(caption_result)
         out.extend(negatives)
     report.refinement = {"scorers": names, "candidates_per_type": ref.candidates_per_type,
                          "max_blind_accuracy": ref.max_blind_accuracy, "extended_edits": ref.extended_edits,
+                         "pick": ref.pick,
+                         "spread": ref.spread,
                          "types": {t: st.as_dict(names) for t, st in selection.stats.items()}}
     return out, report

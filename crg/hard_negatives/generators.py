@@ -15,12 +15,14 @@ import random
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from crg.blind import grammar_violations
 from crg.dep_to_constituency import PUNCT_TAGS
 from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
-    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind)
+    SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
+    is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
 from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
@@ -80,10 +82,15 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 if _normalize(x.text) == _normalize(y.text):
                     reason = "identical arguments" if not out else reason
                     continue
-                between = " ".join(parsed.tokens[i][0].lower() for i in range(x.end, y.start)
-                                   if parsed.tokens[i][1] not in PUNCT_TAGS)
-                if b == a + 1 and (between in SYMMETRIC_CONNECTIVES or not between):
+                between = [parsed.tokens[i] for i in range(x.end, y.start) if parsed.tokens[i][1] not in PUNCT_TAGS]
+                if b == a + 1 and is_order_free(between):
                     reason = "symmetric relation (next to, and, ...)" if not out else reason
+                    continue
+                if is_list_between(between):
+                    reason = "items of one list (order-free)" if not out else reason
+                    continue
+                if is_place_chain(parsed.tokens[x.start - 1][0] if x.start else None, between):
+                    reason = "two places in a row (both hold: 'on a plate on a table')" if not out else reason
                     continue
                 # an argument's trailing punctuation (a parse that puts the final period inside the last
                 # argument) stays where it is: the swap never moves "wall." into the middle of the caption
@@ -130,6 +137,10 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 i, j = slots[a], slots[b]
                 if words[i] == words[j] or toks[i].tag != toks[j].tag:
                     continue
+                if kind == "verb" and all(w in LIST_JOINERS for w in words[i + 1:j]):
+                    continue  # "driving and observing": coordinated verbs keep the meaning swapped
+                if kind == "preposition" and any({words[i], words[j]} <= g for g in PREPOSITION_SYNONYMS):
+                    continue  # "in ... into": as good as the same preposition
                 new = _replace(_replace(toks, i, words[j]), j, words[i])
                 out.append(_Candidate(tuple(new), Change("swap_relations", (words[i], words[j]), (words[j], words[i]),
                                                          kind)))
@@ -149,6 +160,11 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
         start = m.determiner if m.determiner is not None else m.run_start
         return ["a" if toks[i].word.lower() == "an" else toks[i].word.lower() for i in range(start, m.head)]
 
+    def content(m) -> list[str]:  # the modifiers that say something of the object (no articles, quantities)
+        start = m.determiner if m.determiner is not None else m.run_start
+        return [w for i, w in zip(range(start, m.head), modifiers(m))
+                if toks[i].tag not in ("DT", "CD", "PRP$", "PDT") and w not in QUANTIFIERS]
+
     for a in range(len(mentions)):
         for b in range(a + 1, len(mentions)):
             x, y = mentions[a], mentions[b]
@@ -157,10 +173,21 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                     {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
                 continue
             y_start = y.determiner if y.determiner is not None else y.run_start
-            between = " ".join(toks[i].word.lower() for i in range(x.head + 1, y_start)
-                               if toks[i].tag not in PUNCT_TAGS)
-            if modifiers(x) == modifiers(y) and (between in SYMMETRIC_CONNECTIVES or not between):
+            between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
+            if modifiers(x) == modifiers(y) and is_order_free(between):
                 continue
+            x_start = x.determiner if x.determiner is not None else x.run_start
+            if is_place_chain(toks[x_start - 1].word if x_start else None, between):
+                continue  # "on a bicycle on a sidewalk": both places hold, swapped too
+            if is_list_between(between):
+                continue  # "a sink , toilet , and vanity": items of one list, order-free
+            bare_y = y.determiner is None and y.run_start == y.head
+            if bare_y and between and all(w.lower() in LIST_JOINERS for w, _ in between):
+                continue  # "wooden spoons and utensils": the second item shares the first's modifiers
+            if not content(x) and not content(y) and all(w.lower() in LIST_JOINERS for w, _ in between) and \
+                    y.head == max(y.head, x.head) and not any(toks[k].tag.startswith(("VB", "IN"))
+                                                              for k in range(x.head + 1, y_start)):
+                continue  # "a toilet and sink", "plates, bowls": items of one list, order-free
             proper = tx.tag in ("NNP", "NNPS")
             wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
             new = _replace(_replace(toks, x.head, wy), y.head, wx)
@@ -206,17 +233,39 @@ def _atom_slots(parsed: ParsedCaption, vocab: AtomVocabulary | None, cfg: HardNe
     return [s for s in slots if s[2]], any_atom
 
 
+def _foil_weights(kind: str, pool: list[str], vocab: AtomVocabulary | None) -> list[float] | None:
+    """Cumulative weights of a slot's foils by their corpus counts (``foil_sampling="frequency"``): the
+    foils' word distribution then follows the captions' own, so that a bag-of-words model learns no
+    "rare word = negative" rule (uniform draws over-use rare nouns). ``None``: uniform (no counts)."""
+    if vocab is None:
+        return None
+    if kind.startswith("noun:"):
+        counts = vocab.nouns.get(kind.split(":", 1)[1], {})
+    elif kind == "color":
+        counts = vocab.colors
+    else:
+        return None
+    total, out = 0.0, []
+    for w in pool:
+        total += max(counts.get(w, 0), 1)
+        out.append(total)
+    return out
+
+
 def _atom_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Random) -> tuple[list[_Candidate], str]:
     slots, any_atom = _atom_slots(parsed, vocab, cfg, banned)
     if not slots:
         return [], ("no atom of a known kind (noun, colour, size, spatial word)" if not any_atom
                     else "no foil of the same kind (vocabulary empty, or every foil used for this image)")
     toks, out, seen = parsed.edit_tokens(), [], set()
+    weights = [_foil_weights(kind, pool, vocab) if cfg.foil_sampling == "frequency" else None
+               for _, kind, pool in slots]
     for _ in range(_MAX_TRIES * cfg.per_type):
         if len(out) >= cfg.per_type:
             break
-        i, kind, pool = slots[rng.randrange(len(slots))]
-        foil = pool[rng.randrange(len(pool))]
+        k = rng.randrange(len(slots))
+        i, kind, pool = slots[k]
+        foil = pool[rng.randrange(len(pool))] if weights[k] is None else rng.choices(pool, cum_weights=weights[k])[0]
         if (i, foil) in seen:
             continue
         seen.add((i, foil))
@@ -439,7 +488,7 @@ def _comp_candidates(parsed: ParsedCaption, vocab, cfg, banned, rng: random.Rand
                 # move a to b's object, unless b already has an attribute of a's kind ("a red blue
                 # sphere"): it goes first in b's adjective run; what followed a in its own run now
                 # follows a's article, so the article must agree with it again
-                if adjective_kind(wa) in b_kinds:
+                if adjective_kind(wa) in b_kinds or not cfg.move_attributes:
                     continue
                 new = []
                 for i, t in enumerate(toks):
@@ -514,7 +563,8 @@ def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | No
     extended = config.extended_edits
     banned = {w.lower() for w in image_words} | set(parsed.words())
     source = parsed.text
-    candidates, skipped = {}, {}
+    candidates, skipped, dropped = {}, {}, {}
+    source_violations = grammar_violations(parsed.tokens) if config.drop_ungrammatical else 0
     seen = {_normalize(source)}
     for hn_type in config.types:
         rng = random.Random(f"{config.seed}:{hn_type}:{image_id}:{source}")
@@ -537,13 +587,18 @@ def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | No
             if key in seen:
                 continue
             seen.add(key)
+            if config.drop_ungrammatical and grammar_violations(tagged) > source_violations:
+                dropped[hn_type] = dropped.get(hn_type, 0) + 1
+                continue
             kept.append(NegativeCandidate(HardNegative(hn_type, text, source, cand.change, image_id, spans),
                                           tuple(tagged)))
         if kept:
             candidates[hn_type] = kept
+        elif dropped.get(hn_type):
+            skipped[hn_type] = "every candidate ungrammatical (agreement) or a repeat"
         else:
             skipped[hn_type] = reason or "every candidate repeats the caption or another negative"
-    return CaptionCandidates(candidates, skipped)
+    return CaptionCandidates(candidates, skipped, dropped)
 
 
 def caption_hard_negatives(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | None = None,
@@ -570,4 +625,4 @@ def caption_hard_negatives(parsed: ParsedCaption, *, vocabulary: AtomVocabulary 
     result = caption_candidates(parsed, vocabulary=vocabulary, config=config, image_id=image_id,
                                 image_words=image_words)
     negatives = [c.negative for t in config.types for c in result.candidates.get(t, ())]
-    return CaptionNegatives(negatives, result.skipped)
+    return CaptionNegatives(negatives, result.skipped, result.ungrammatical)

@@ -13,9 +13,11 @@ from __future__ import annotations
 from crg.extract import PRIMITIVE_TAGS
 
 __all__ = [
-    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
+    "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free",
+    "PLACE_PREPOSITIONS", "is_place_chain", "is_list_between", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
     "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
-    "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "adjective_kind",
+    "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS",
+    "LIST_JOINERS", "adjective_kind",
 ]
 
 #: Constituent labels of noun-like and clause-like arguments: a swap exchanges two of one kind.
@@ -25,6 +27,66 @@ CLAUSE_LABELS = frozenset({"S", "SBAR", "SBARQ", "SQ", "SINV"})
 SYMMETRIC_CONNECTIVES = frozenset({
     "and", "or", "nor", "while", "as", "as well as", "along with", "together with", "plus", "next to",
     "beside", "besides", "near", "alongside", "by", "and also", "and a", "with each other"})
+#: Relations whose two arguments can change places without changing what is said: "a cat next to a
+#: dog" is "a dog next to a cat"; "a man with a woman" is "a woman with a man" (issue 33: such swaps
+#: are not false). Matched after any verbs, adverbs and auxiliaries before them ("sitting next to").
+SYMMETRIC_RELATIONS = SYMMETRIC_CONNECTIVES | frozenset({
+    "with", "near to", "close to", "nearby", "adjacent to", "next to each other", "beside each other",
+    "by each other", "together", "opposite", "across from", "not far from", "not too far from", "not to far from",
+    "like", "is", "are", "is the", "are the"})
+_ORDER_FREE_LEAD_TAGS = ("VB", "RB", "MD")
+
+
+def is_order_free(between) -> bool:
+    """Whether two arguments joined by ``between`` (the ``(word, PTB tag)`` tokens between them,
+    punctuation left out) can change places keeping the meaning: nothing between them, a
+    coordination, or a symmetric relation (:data:`SYMMETRIC_RELATIONS`) after leading verbs,
+    adverbs and auxiliaries.
+
+    >>> is_order_free([("sitting", "VBG"), ("next", "JJ"), ("to", "IN")]), is_order_free([("with", "IN")])
+    (True, True)
+    >>> is_order_free([("is", "VBZ"), ("chasing", "VBG")]), is_order_free([("on", "IN")])
+    (False, False)
+    """
+    words = [(w.lower(), t) for w, t in between]
+    if not words or " ".join(w for w, _ in words) in SYMMETRIC_CONNECTIVES:
+        return True
+    for k in range(len(words)):  # "next" may be tagged RB: try every end of the leading run
+        if k and not words[k - 1][1].startswith(_ORDER_FREE_LEAD_TAGS):
+            break
+        if " ".join(w for w, _ in words[k:]) in SYMMETRIC_RELATIONS:
+            return True
+    return False
+
+
+#: Prepositions of place: two places in a row ("on a dirt road on the countryside", "on a plate on a
+#: table") usually both hold, so swapping them keeps what is said (issue 33's hand-read sample).
+PLACE_PREPOSITIONS = frozenset({"on", "in", "at", "inside", "by", "near", "beside", "along", "atop", "onto", "into"})
+
+
+def is_place_chain(before_first: str | None, between) -> bool:
+    """Whether two arguments are consecutive places: the first follows a place preposition
+    (``before_first``) and only another one stands between them (``between``: ``(word, tag)``
+    tokens, punctuation left out).
+
+    >>> is_place_chain("on", [("on", "IN")]), is_place_chain("riding", [("on", "IN")])
+    (True, False)
+    """
+    return (before_first or "").lower() in PLACE_PREPOSITIONS and len(between) == 1 and \
+        between[0][0].lower() in PLACE_PREPOSITIONS
+
+
+def is_list_between(between) -> bool:
+    """Whether two items are in one list: only nouns, determiners, numbers, adjectives and list
+    joiners (at least one) between them ("sink , toilet , and vanity"): their order is free.
+
+    >>> is_list_between([("toilet", "NN"), ("and", "CC")]), is_list_between([("on", "IN"), ("and", "CC")])
+    (True, False)
+    """
+    return any(w.lower() in LIST_JOINERS for w, _ in between) and \
+        all(w.lower() in LIST_JOINERS or t.startswith(("NN", "DT", "CD", "JJ")) for w, t in between)
+
+
 COLOR_WORDS = frozenset({
     "red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white", "gray",
     "grey", "tan", "beige", "violet", "cyan", "teal", "maroon", "turquoise", "golden", "silver", "blond",
@@ -83,6 +145,15 @@ NO_DETERMINERS = frozenset({"a", "an", "the", "some", "one", "two", "three", "fo
                             "nine", "ten", "several", "many", "multiple"})
 #: Prepositions of place and accompaniment that two of can change places ("a cat on a bed in a room"
 #: -> "a cat in a bed on a room"); "of", "to", "for" mostly mark structure, not a relation.
+#: Prepositions that say about the same: swapping two of one group keeps the meaning, or near enough
+#: ("in his mouth ... into his hand", "lying on the sand ... played in the waves", "by an aircraft
+#: parked at the gate": places, issue 33's hand-read sample).
+PREPOSITION_SYNONYMS = (frozenset({"in", "into", "inside", "on", "onto", "upon", "atop", "at", "by"}),
+                        frozenset({"near", "beside", "by", "next"}),
+                        frozenset({"under", "underneath", "beneath", "below"}),
+                        frozenset({"over", "above"}), frozenset({"toward", "towards"}))
+#: Words that join the items of a list: two items joined only by these keep the meaning swapped.
+LIST_JOINERS = frozenset({"and", "or", ",", "&", "plus"})
 SWAPPABLE_PREPOSITIONS = frozenset({
     "on", "in", "at", "under", "over", "behind", "near", "beside", "above", "below", "inside", "into", "onto",
     "across", "along", "through", "around", "with", "by", "from", "toward", "towards", "underneath", "beneath",

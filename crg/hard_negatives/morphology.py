@@ -1,45 +1,45 @@
-"""Word forms by rule, without a lemmatiser: plurals, articles, 3rd-person verbs, capitalisation.
+"""Word forms: plurals and singulars, 3rd-person verbs' base forms (from ``lemminflect``), articles,
+capitalisation.
 
 Enough English for edits of captions: a foil must not be a form of the word it replaces (nor a
 near-synonym), an article must agree with a new word after it, and "plays" negates as "does not play".
+Noun and verb forms come from lemminflect (a lemma and inflection table built from a large lexicon, with
+rules for unknown words), not from suffix rules: those miss "leaves" -> "leaf" and "knives" -> "knife".
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import lemminflect
+
 from crg.hard_negatives.lexicon import SYNONYM_GROUPS
 
-__all__ = ["IRREGULAR_PLURALS", "IRREGULAR_SINGULARS", "VBZ_BASE", "word_forms", "related_words", "article_for",
-           "vbz_base", "match_case"]
+__all__ = ["VBZ_BASE", "word_forms", "related_words", "article_for", "vbz_base", "match_case"]
 
-IRREGULAR_PLURALS = {"man": "men", "woman": "women", "child": "children", "person": "people", "foot": "feet",
-                     "tooth": "teeth", "mouse": "mice", "goose": "geese", "policeman": "policemen",
-                     "fireman": "firemen", "businessman": "businessmen", "fisherman": "fishermen"}
-IRREGULAR_SINGULARS = {v: k for k, v in IRREGULAR_PLURALS.items()}
-#: Base forms of the irregular 3rd-person singular verbs.
+#: Base forms of the auxiliaries, which lemminflect reads as forms of "be"/"have"/"do" too; kept so the
+#: negation's do-support never depends on a lexicon lookup for them.
 VBZ_BASE = {"has": "have", "does": "do", "goes": "go", "is": "be"}
 
 
-def word_forms(word: str) -> set[str]:
-    """The word with its likely singular/plural forms (to never replace a noun by itself).
+@lru_cache(maxsize=65536)
+def _noun_forms(w: str) -> frozenset[str]:
+    lemmas = set(lemminflect.getLemma(w, upos="NOUN")) or {w}
+    out = {w} | lemmas
+    for lemma in lemmas:
+        for tag in ("NN", "NNS"):
+            out.update(lemminflect.getInflection(lemma, tag=tag))
+    return frozenset(x.lower() for x in out)
 
-    >>> sorted(word_forms("Puppies") & {"puppy", "puppies", "puppie"})
-    ['puppie', 'puppies', 'puppy']
+
+def word_forms(word: str) -> set[str]:
+    """The word with its singular and plural forms (to never replace a noun by itself, nor swap or
+    move between two mentions of one noun), from lemminflect.
+
+    >>> sorted(word_forms("Puppies")), sorted(word_forms("leaves") & {"leaf", "leave"}), sorted(word_forms("knife"))
+    (['puppies', 'puppy'], ['leaf', 'leave'], ['knife', 'knives'])
     """
-    w = word.lower()
-    out = {w, w + "s", w + "es"}
-    if w in IRREGULAR_PLURALS:
-        out.add(IRREGULAR_PLURALS[w])
-    if w in IRREGULAR_SINGULARS:
-        out.add(IRREGULAR_SINGULARS[w])
-    if w.endswith("ies"):
-        out.add(w[:-3] + "y")
-    if w.endswith("y"):
-        out.add(w[:-1] + "ies")
-    if w.endswith("es"):
-        out.add(w[:-2])
-    if w.endswith("s"):
-        out.add(w[:-1])
-    return out
+    return set(_noun_forms(word.lower()))
 
 
 def related_words(word: str) -> set[str]:
@@ -72,18 +72,15 @@ def article_for(word: str) -> str:
 
 
 def vbz_base(w: str) -> str:
-    """Base form of a 3rd-person singular verb (regular rules; ``VBZ_BASE`` for the irregular).
+    """Base form of a 3rd-person singular verb (lemminflect; ``VBZ_BASE`` for the auxiliaries).
 
-    >>> [vbz_base(w) for w in ("plays", "watches", "tries", "goes", "has", "rides")]
-    ['play', 'watch', 'try', 'go', 'have', 'ride']
+    >>> [vbz_base(w) for w in ("plays", "watches", "tries", "goes", "has", "rides", "leaves", "fixes")]
+    ['play', 'watch', 'try', 'go', 'have', 'ride', 'leave', 'fix']
     """
     if w in VBZ_BASE:
         return VBZ_BASE[w]
-    if w.endswith("ies") and len(w) > 4:
-        return w[:-3] + "y"
-    if w.endswith(("sses", "shes", "ches", "xes", "zes")):
-        return w[:-2]
-    return w[:-1] if w.endswith("s") else w
+    lemmas = lemminflect.getLemma(w, upos="VERB")
+    return lemmas[0] if lemmas else w
 
 
 def match_case(word: str, like: str) -> str:

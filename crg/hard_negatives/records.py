@@ -7,7 +7,7 @@ edit and a doubtful negative can be inspected; the world's verified negatives
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 __all__ = ["HN_ATOM", "HN_SWAP", "HN_NEG", "HN_COMP", "HN_TYPES", "Change", "HardNegative", "HardNegativeConfig",
            "RefinementConfig", "CaptionNegatives", "NegativeCandidate", "CaptionCandidates"]
@@ -73,6 +73,10 @@ class HardNegative:
                    tuple(EditSpan(*s) for s in d.get("spans", ())))
 
 
+#: How refinement picks each caption's candidates (:class:`RefinementConfig`).
+PICK_RULES = ("close", "lose")
+
+
 @dataclass(frozen=True)
 class RefinementConfig:
     """Adversarial refinement (SugarCrepe, Hsieh et al. 2023, §3.3): over-generate, then keep negatives
@@ -90,11 +94,21 @@ class RefinementConfig:
             nouns (CREPE's "swap two atoms of the same type"), and negations that do not lengthen the
             caption ("with" -> "without", a determiner -> "no"), so that length alone cannot tell
             a negation from its caption.
+        pick: how each caption's ``per_type`` candidates are picked before balancing. ``"close"``
+            (default): those whose scores are closest to the caption's under every scorer (the sum
+            of ``|gap| / scale``): with several scorers, picking the candidates that *lose* to most
+            of them (``"lose"``, the earlier rule) over-picks negatives the scorers prefer to the
+            caption (a unigram LM then prefers the negative 60% of the time, and a bag-of-words
+            classifier learns that turned-round cue).
+        spread: when balancing removes pairs, a caption's first pick goes after its other picks
+            (among pairs that ease as many bounds), so that more captions keep a negative.
     """
 
     candidates_per_type: int = 20
     max_blind_accuracy: float = 0.6
     extended_edits: bool = True
+    pick: str = "close"
+    spread: bool = True
 
     def __post_init__(self):
         if self.candidates_per_type < 1:
@@ -102,6 +116,8 @@ class RefinementConfig:
         if not 0.5 <= self.max_blind_accuracy <= 1.0:
             raise ValueError(f"max_blind_accuracy must be in [0.5, 1] (a fraction, not a percentage), got "
                              f"{self.max_blind_accuracy}")
+        if self.pick not in PICK_RULES:
+            raise ValueError(f"pick must be one of {PICK_RULES}, got {self.pick!r}")
 
 
 @dataclass(frozen=True)
@@ -118,6 +134,17 @@ class HardNegativeConfig:
         refinement: ``None`` (default): the plain generator. A :class:`RefinementConfig`: candidates
             are over-generated and selected so that blind text scorers are near chance per type
             (:func:`crg.hard_negatives.corpus_hard_negatives` then needs ``scorers``).
+        drop_ungrammatical: drop a candidate that breaks more agreement rules
+            (:func:`crg.blind.grammar_violations`, read from the tags the edit wrote) than its caption
+            ("a dogs", "two cat", "cars is"), counted per type (``CaptionCandidates.ungrammatical``): issue 33
+            asks for grammatical negatives, and a blind grammar check would spot them.
+        foil_sampling: ``"frequency"`` (default): HN-ATOM draws a foil in proportion to its corpus
+            count, so negatives use words as often as captions do (a word-pair classifier learns
+            "a rare noun is the negative" from uniform draws); ``"uniform"``: every foil alike.
+        move_attributes: HN-COMP also moves an attribute from one object to another ("a small boy
+            holding a plate" -> "a boy holding a small plate"). Off by default: the other object may
+            well have the attribute too, so the negative is often not false (22 of 50 read by hand on
+            COCO, docs/hard_negatives.md); swaps and compound splits remain.
     """
 
     per_type: int = 5
@@ -125,6 +152,9 @@ class HardNegativeConfig:
     min_atom_count: int = 2
     seed: int = 0
     refinement: RefinementConfig | None = None
+    drop_ungrammatical: bool = True
+    foil_sampling: str = "frequency"
+    move_attributes: bool = False
 
     def __post_init__(self):
         if self.per_type < 1:
@@ -132,6 +162,8 @@ class HardNegativeConfig:
         unknown = [t for t in self.types if t not in HN_TYPES]
         if unknown:
             raise ValueError(f"unknown hard negative types {unknown}; choose from {HN_TYPES}")
+        if self.foil_sampling not in ("frequency", "uniform"):
+            raise ValueError(f"foil_sampling must be 'frequency' or 'uniform', got {self.foil_sampling!r}")
         if self.min_atom_count < 1:
             raise ValueError(f"min_atom_count must be >= 1, got {self.min_atom_count}")
         if self.refinement is not None and self.refinement.candidates_per_type < self.per_type:
@@ -146,10 +178,12 @@ class HardNegativeConfig:
 
 @dataclass
 class CaptionNegatives:
-    """The negatives of one caption and, per type that gave none, why."""
+    """The negatives of one caption and, per type that gave none, why; per type, candidates dropped as
+    ungrammatical."""
 
     negatives: list[HardNegative]
     skipped: dict[str, str]
+    ungrammatical: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,3 +201,5 @@ class CaptionCandidates:
 
     candidates: dict[str, list[NegativeCandidate]]
     skipped: dict[str, str]
+    #: per type, candidates dropped as ungrammatical (``HardNegativeConfig.drop_ungrammatical``)
+    ungrammatical: dict[str, int] = field(default_factory=dict)

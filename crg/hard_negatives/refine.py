@@ -53,10 +53,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crg.blind import GrammarLengthHeuristic, TrigramLM
+from crg.blind import CountingRule, GrammarLengthHeuristic, TrigramLM
 
-__all__ = ["BlindScorer", "CandidateGroup", "GrammarScorer", "LanguageModelScorer", "Selection", "TypeSelection",
-           "select_negatives"]
+__all__ = ["BlindScorer", "CandidateGroup", "CountingScorer", "EnsembleScores", "GrammarScorer", "LanguageModelScorer",
+           "Selection", "TypeSelection", "ensemble_scores", "select_negatives"]
 
 
 class BlindScorer(Protocol):
@@ -70,13 +70,54 @@ class BlindScorer(Protocol):
 
 @dataclass(frozen=True)
 class LanguageModelScorer:
-    """A caption's mean log-probability per token under a language model (:meth:`crg.blind.TrigramLM.score`)."""
+    """A caption's mean log-probability per token under a language model (:meth:`crg.blind.TrigramLM.score`),
+    cut at ``order`` (1-3: one fit gives the ensemble's unigram, bigram and trigram LMs)."""
 
     lm: TrigramLM = field(repr=False)
     name: str = "LM"
+    order: int = 3
 
     def score(self, text: str, tagged: Sequence[tuple[str, str]]) -> float:
-        return self.lm.score(text)
+        return self.lm.score(text, order=self.order)
+
+
+@dataclass(frozen=True)
+class CountingScorer:
+    """A counting rule (:class:`crg.blind.CountingRule`: "more 'and' is the negative", "shorter is the
+    caption") as a refinement scorer, so the selection balances the cue as it balances an LM."""
+
+    rule: CountingRule
+    name: str = ""
+
+    def __post_init__(self):
+        if not self.name:
+            object.__setattr__(self, "name", self.rule.name)
+
+    def score(self, text: str, tagged: Sequence[tuple[str, str]]) -> float:
+        return self.rule.score(text)
+
+
+@dataclass(frozen=True)
+class EnsembleScores:
+    """What an ensemble of blind scorers makes of one text: each scorer's score, in the order given."""
+
+    names: tuple[str, ...]
+    scores: tuple[float, ...]
+
+
+def ensemble_scores(scorers: Sequence[BlindScorer], text: str, tagged: Sequence[tuple[str, str]]) -> EnsembleScores:
+    """Every scorer's score of ``text``: refinement's view of a candidate (each scorer is balanced on
+    its own, so one that is fooled cannot hide another that is not).
+
+    >>> from crg.blind import COUNTING_RULES
+    >>> e = ensemble_scores([CountingScorer(r) for r in COUNTING_RULES[2:]], "a dog and a cat", [])
+    >>> e.scores
+    (-1.0, -5.0)
+    """
+    names = tuple(sc.name for sc in scorers)
+    if len(set(names)) != len(names):
+        raise ValueError(f"scorer names must differ, got {list(names)}")
+    return EnsembleScores(names, tuple(float(sc.score(text, tagged)) for sc in scorers))
 
 
 @dataclass(frozen=True)
@@ -158,6 +199,11 @@ class Selection:
     stats: dict[str, TypeSelection]
 
 
+#: ``pick="close"``: a scorer's normalised gap counts at most this much, so one scorer with a huge gap
+#: (an unknown word under an LM) does not outweigh all the others.
+_CLOSE_CAP = 4.0
+
+
 def _win(gap: float) -> float:
     return 1.0 if gap > 0 else 0.5 if gap == 0 else 0.0
 
@@ -168,13 +214,22 @@ def _accuracy(wins: list[tuple[float, ...]], num_scorers: int) -> tuple[float, .
     return tuple(sum(w[j] for w in wins) / len(wins) for j in range(num_scorers))
 
 
-def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_accuracy: float) -> Selection:
+def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_accuracy: float,
+                     pick: str = "lose", spread: bool = False) -> Selection:
     """Keep at most ``per_group`` candidates per group such that, per type, every scorer prefers the
     source in between ``1 - max_accuracy`` and ``max_accuracy`` (0.5-1) of the kept pairs (steps 3
     and 4 of the module doc).
 
+    ``pick``: step 3's order, ``"lose"`` (fewest scorers prefer the caption, then the smallest
+    normalised gaps) or ``"close"`` (the smallest sum over scorers of ``min(|gap| / scale, 4)``:
+    the candidates every scorer finds about as plausible as the caption). ``spread``: in step 4, among
+    pairs that ease as many bounds and worsen as few, a caption's first pick goes after its other
+    picks, so that as many captions as possible keep a negative.
+
     Every group must have as many scores per source and candidate (S >= 1).
     """
+    if pick not in ("close", "lose"):
+        raise ValueError(f"pick must be 'close' or 'lose', got {pick!r}")
     if per_group < 1:
         raise ValueError(f"per_group must be >= 1, got {per_group}")
     if not 0.5 <= max_accuracy <= 1.0:
@@ -191,12 +246,12 @@ def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_ac
         by_type.setdefault(g.type, []).append(gi)
     for hn_type, members in by_type.items():
         stats[hn_type] = _select_type([groups[gi] for gi in members], members, kept, per_group, max_accuracy,
-                                      num_scorers)
+                                      num_scorers, pick, spread)
     return Selection([tuple(sorted(k)) for k in kept], stats)
 
 
 def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[list[int]], per_group: int,
-                 max_accuracy: float, num_scorers: int) -> TypeSelection:
+                 max_accuracy: float, num_scorers: int, pick: str = "lose", spread: bool = False) -> TypeSelection:
     S = range(num_scorers)
     # gaps[g][c][j]: source score - candidate score, > 0 = scorer j prefers the true caption
     gaps = [[tuple(g.source_scores[j] - c[j] for j in S) for c in g.candidate_scores] for g in groups]
@@ -209,15 +264,20 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
         return tuple(_win(gap[j]) for j in S)
 
     def hardness(gap):  # lower = harder to tell from the caption
+        if pick == "close":
+            return (sum(min(abs(gap[j]) / scale[j], _CLOSE_CAP) for j in S),)
         return sum(wins(gap)), sum(gap[j] / scale[j] for j in S)
 
     all_wins = [wins(gc) for gg in gaps for gc in gg]
     first_wins = [wins(gc) for gg in gaps for gc in gg[:per_group]]
     # step 3: each caption's per_group hardest candidates
     pool = []  # (group position, candidate index)
+    first = set()  # each caption's first pick
     for gpos, gg in enumerate(gaps):
         order = sorted(range(len(gg)), key=lambda c: (*hardness(gg[c]), c))
         pool.extend((gpos, c) for c in order[:per_group])
+        if order:
+            first.add((gpos, order[0]))
     # step 4: remove pairs until every scorer's accuracy is within [1 - max_accuracy, max_accuracy]
     alive = set(pool)
     item_wins = {it: wins(gaps[it[0]][it[1]]) for it in pool}
@@ -245,7 +305,8 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
                 continue
             hurts = sum(w[j] == (0.0 if d > 0 else 1.0) for j, d in bad)
             strength = sum(abs(gap[j]) / scale[j] for j in helps)
-            keyed.append(((-len(helps), hurts, -strength, groups[it[0]].key, it), it))
+            protected = spread and it in first
+            keyed.append(((-len(helps), hurts, protected, -strength, groups[it[0]].key, it), it))
         keyed.sort(key=lambda x: x[0])
         return [it for _, it in keyed]
 
