@@ -31,6 +31,7 @@ setup(
         "gc-build-crg = features.cli.build_crg:main",
         "gc-make-mcd-split = features.cli.make_mcd_split:main",
         "gc-hard-negatives = crg.cli.hard_negatives:main",
+        "gc-plot-curves = composer.cli.plot_curves:main",
     ],
         # parser backends defined above crg (crg.parse.register_parser): found by name in any process
         "crg.parsers": ["world = features.world.gold_trees:make_world_parser"],

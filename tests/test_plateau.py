@@ -155,6 +155,9 @@ def test_early_stopping_fires_after_patience_validations_without_a_gain(tiny_wor
     from composer.training.checkpoint import load_checkpoint
 
     assert load_checkpoint(out).global_step == best_step     # a run folder names the weights the run reports
+    from composer.cli.evaluate import load_model
+
+    assert load_model(out / "model").global_step == best_step  # and so does its saved model, for gc-evaluate
 
     # resuming a run its patience stopped trains no further
     again = train(recipe, _options(test=False, resume=True), out)

@@ -47,8 +47,9 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
     """The checkpoint and data options shared with experiments/interpret.py."""
     ap.add_argument("--checkpoint", "--model", dest="checkpoint", required=True,
                     help="any trained model of the library: a saved model directory (config.json + "
-                         "model.safetensors, e.g. RUN/model), a run directory (its model/ or "
-                         "checkpoints/last.ckpt), or a Lightning .ckpt file")
+                         "model.safetensors, e.g. RUN/model), a run directory (its model/: the weights the run reports, "
+                         "its best validation's when it trained to the plateau; else its checkpoints), or a "
+                         "Lightning .ckpt file")
     ap.add_argument("--data", default="world", help="world | f30k | coco | a caption file (e.g. an MCD eval.jsonl)")
     ap.add_argument("--captions", help="caption corpus (overrides the dataset's)")
     ap.add_argument("--features", help="feature store .h5 (required for f30k / coco / files outside the world)")
@@ -131,9 +132,11 @@ def load_model(path: str | Path, *, map_location: str = "cpu") -> ModelToEvaluat
     if saved is not None:
         loaded = load_pretrained(saved)
         results = _run_results(saved)
+        # a run trained to its plateau saved its best validation's weights, not its last step's
+        best = (results.get("plateau") or {}).get("best") or {}
         return ModelToEvaluate(loaded.model.to(map_location), loaded.tokenizer, loaded.config,
-                               (results.get("model") or loaded.name), saved, None, results.get("global_step"),
-                               (results.get("config") or {}).get("data"))
+                               (results.get("model") or loaded.name), saved, None,
+                               best.get("step", results.get("global_step")), (results.get("config") or {}).get("data"))
     ck = load_checkpoint(path, map_location=map_location)
     return ModelToEvaluate(ck.model, ck.model.make_tokenizer(), ck.config, ck.kind, ck.path, ck.epoch,
                            ck.global_step, ck.run_data)
