@@ -1,6 +1,6 @@
 """One command for a lent GPU (issue 31 item 7): measure what docs/benchmarks.md only projects, in one JSON.
 
-    python benchmarks/gpu_check.py --prepare .gpu_carry        # here, on CPU: what must travel (~35 MB)
+    python benchmarks/gpu_check.py --prepare .gpu_carry        # here, on CPU: what must travel (32 MiB)
     python benchmarks/gpu_check.py --carried .gpu_carry --out $OUT --work /tmp/gc   # there (docs/benchmarks.md)
     python benchmarks/gpu_check.py --tiny --out /tmp/gc        # every phase at toy sizes on CPU (the tests)
 
@@ -65,7 +65,7 @@ class CheckConfig:
     step_positives: int = 64
     step_regions: int = 101
     step_repeats: int = 10
-    budget_step: float = 75.0
+    budget_step: float = 60.0
     # b. cross-scoring
     score_images: int = 1000
     score_captions: int = 5000
@@ -73,9 +73,9 @@ class CheckConfig:
     score_block: int = 25           # COMPOSER images per timed block
     score_max_pairs: int = 32768
     dual_preset: str = "offline"
-    budget_score: float = 90.0
+    budget_score: float = 75.0
     # c. training to the plateau
-    world_images: int = 20000
+    world_images: int = 15000
     train_preset: str = "small-minilm"
     batch_size: int = 256
     val_every_positives: int = 25600
@@ -83,7 +83,7 @@ class CheckConfig:
     max_positives: int = 1_280_000
     eval_images: int = 250
     num_workers: int = 4
-    budget_train: dict[str, float] = field(default_factory=lambda: {"composer": 130.0, "vse": 70.0})
+    budget_train: dict[str, float] = field(default_factory=lambda: {"composer": 120.0, "vse": 60.0})
     models: tuple[str, ...] = ("composer", "vse")
 
 
@@ -469,7 +469,7 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--carried", metavar="DIR", help="the folder --prepare wrote (its MiniLM stand-in is used)")
     ap.add_argument("--tiny", action="store_true", help="every phase at toy sizes on CPU (no CUDA)")
     ap.add_argument("--phases", default="paper_step,scoring,plateau")
-    ap.add_argument("--world-images", type=int, help="the plateau phase's world (default 20,000)")
+    ap.add_argument("--world-images", type=int, help="the plateau phase's world (default 15,000)")
     ap.add_argument("--batch-size", type=int, help="the plateau phase's batch (default 256)")
     ap.add_argument("--budget-step", type=float)
     ap.add_argument("--budget-score", type=float)

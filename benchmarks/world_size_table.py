@@ -23,8 +23,9 @@ Outputs: ``OUT/table.md`` (rows: model; columns: training images; cells: val R@1
 and the gain over the curve's last quarter of positives) and ``OUT/curves.png`` (every run's curve,
 ``composer.study.plots.plot_learning_curves``).
 
-Default ``--steps`` 1,000: measured on the 2-core EPYC with ``--steps 20`` runs on the 1,800-image world
-(``docs/benchmarks.md``, "World size table"), six runs of 1,000 steps plus their validations fit about 1.5 h.
+Default ``--steps`` 1,000: at the step times of the ``small-minilm`` presets at batch 64 on 2 cores (COMPOSER
+0.77 s, VSE 0.56 s), six runs of 1,000 steps plus their validations fit about 1.5 h (``docs/benchmarks.md``,
+"World size against validation R@1 at a fixed number of steps", says how it was chosen).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class TableConfig:
         profile: the study profile whose presets, batch sizes and schedule shapes the runs take.
         seed: data order and initial weights.
         accelerator: Lightning's (``auto``: a GPU when there is one).
+        preset, batch_size: one preset / batch for every model instead of the profile's (the tests' tiny runs).
     """
 
     models: tuple[str, ...] = ("vse", "composer")

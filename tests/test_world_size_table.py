@@ -19,7 +19,8 @@ STEPS, BATCH = 6, 4
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("_script_world_size_table", ROOT / "benchmarks" / "world_size_table.py")
+    spec = importlib.util.spec_from_file_location("_script_world_size_table",
+                                                  ROOT / "benchmarks" / "world_size_table.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
