@@ -243,7 +243,7 @@ def phase_paper_step(cfg: CheckConfig, programs) -> dict:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     reset_peak(cfg.device)
     started = time.perf_counter()
