@@ -1,5 +1,6 @@
 """The study: every model and the papers' ablations on the generated world, evaluated alike, with tables and
-plots (the program is composer/cli/study.py; the orchestration composer/study/runner.py).
+plots (the program is composer/cli/study.py; the orchestration composer/study/runner.py, each run
+composer/study/execute.py).
 
     python experiments/run_study.py --data world --out runs/study_cpu --profile cpu
 

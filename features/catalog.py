@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["DatasetSpec", "resolve_dataset", "DATASETS", "WORLD_SPLITS", "data_root", "exact_truth", "world_config",
-           "world_dir"]
+           "world_dir", "world_hard_negatives"]
 
 _REPO = Path(__file__).resolve().parents[1]
 _SHARED = _REPO.parent / "shared" / "data"
@@ -95,6 +95,25 @@ def exact_truth(world_dir: str | Path | None):
     from features.world.truth import WorldTruth
 
     return WorldTruth.load(world_dir)
+
+
+def world_hard_negatives(world_dir: str | Path, captions, *, images, per_type: int = 5, distractor_images: int = 5,
+                         seed: int = 0):
+    """Hard negatives of a generated world's ``(image_id, caption)`` pairs, verified false against the scene
+    graphs of ``world_dir`` (:class:`features.world.hard_negatives.WorldHardNegatives`, given the scenes of
+    ``images`` only): ``(negatives, report, distractors)`` as its ``generate`` returns them. Raises
+    ValueError naming the images that have no scene."""
+    from features.world.generate import load_scenes
+    from features.world.hard_negatives import WorldHardNegatives, WorldNegativeConfig
+
+    scenes = load_scenes(Path(world_dir) / "scenes.jsonl.gz")
+    unknown = sorted(set(images) - set(scenes))
+    if unknown:
+        raise ValueError(f"{len(unknown)} images have no scene graph in {world_dir} (first: {unknown[:3]})")
+    gen = WorldHardNegatives({i: scenes[i] for i in sorted(set(images))},
+                             config=WorldNegativeConfig(per_type=per_type, seed=seed,
+                                                        distractor_images=distractor_images))
+    return gen.generate(list(captions))
 
 
 def data_root() -> Path:

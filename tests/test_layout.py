@@ -61,9 +61,6 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("composer.training", "composer.evaluation"): "issue 32 item 1/2: training imports evaluation "
                                                   "(the modules' validation retrieval, data.py's evaluation "
                                                   "sets, fit.py's text pairs)",
-    # issue 32 item 2 (the study as runs over the ordinary path) rewrites composer/study/:
-    ("composer.study", "features.world"): "issue 32 item 2: study/evaluation.py loads the world's scenes and "
-                                          "hard negatives itself",
 }
 
 

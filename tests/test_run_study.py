@@ -221,18 +221,17 @@ def run_study(caplog):
     import logging
 
     from composer.cli import study as cli
-    from composer.study import runner
+    from composer.study import execute
 
-    levels = {n: logging.getLogger(n).level for n in cli.QUIET_LOGGERS}
-    names = (runner.__name__, cli.__name__)
+    levels = {n: logging.getLogger(n).level for n in (*cli.QUIET_LOGGERS, "composer.study")}
 
     def call(*argv: str, code: int = 0) -> list[str]:
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger=runner.__name__), caplog.at_level(logging.INFO, logger=cli.__name__):
+        with caplog.at_level(logging.INFO, logger="composer.study"), caplog.at_level(logging.INFO, logger=cli.__name__):
             assert cli.main(list(argv)) == code
-        return [r.getMessage() for r in caplog.records if r.name in names]
+        return [r.getMessage() for r in caplog.records if r.name.startswith("composer.study") or r.name == cli.__name__]
 
-    yield runner, call
+    yield execute, call
     for n, level in levels.items():
         logging.getLogger(n).setLevel(level)
 
@@ -280,8 +279,8 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
     assert sum(": training" in line for line in log) == len(PROFILES["smoke"].runs)
 
     # a run that fails is recorded and the study goes on (exit code 1)
-    before = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/seed0/result.json")}
-    (out / "runs" / "vse" / "seed0" / "result.json").unlink()
+    before = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/seed0/study_result.json")}
+    (out / "runs" / "vse" / "seed0" / "study_result.json").unlink()
     real = module.train_and_evaluate
 
     def broken(run, *a, **k):
@@ -305,7 +304,19 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
     assert json.loads((out / "results.json").read_text())["study"]["complete"]
     assert not (out / "runs" / "vse" / "seed0" / "error.txt").exists()
     with pytest.raises(SystemExit, match="other settings"):  # another profile in the same directory is refused
-        module.check_study_dir(out, PROFILES["cpu"], "world")
+        from composer.study.data import check_study_dir
+
+        check_study_dir(out, PROFILES["cpu"], "world")
+
+    # the report is made from the runs' results alone: --report-only rebuilds every table and trains nothing
+    tables = {p.relative_to(out): p.read_text() for p in [out / "tables.md", *(out / "tables").glob("*.md")]}
+    for path in tables:
+        (out / path).unlink()
+    (out / "results.json").unlink()
+    log = call(*args, "--report-only")
+    assert not any(": training" in line for line in log)
+    assert {p: (out / p).read_text() for p in tables} == tables
+    assert json.loads((out / "results.json").read_text())["study"]["complete"]
 
 
 # ---------------------------------------------------------------------------- the recipe search
@@ -337,7 +348,7 @@ def test_smoke_search_then_study_trains_from_the_chosen_recipes(world_env, run_s
     call("--data", "world", "--out", str(out), "--profile", "smoke", "--runs", "composer,clip", "--search")
     chosen = json.loads((out / "search" / "chosen.json").read_text())["chosen"]
     assert set(chosen) == {"composer", "clip"}
-    searched = sorted((out / "search" / "runs").glob("*/seed0/result.json"))
+    searched = sorted((out / "search" / "runs").glob("*/seed0/study_result.json"))
     assert len(searched) == 12
     for path in searched:  # search runs are scored on val only
         r = json.loads(path.read_text())
@@ -356,3 +367,82 @@ def test_smoke_search_then_study_trains_from_the_chosen_recipes(world_env, run_s
     (out / "search" / "chosen.json").write_text(json.dumps({"chosen": {}}))
     with pytest.raises(SystemExit, match="trained before this recipe search"):
         call("--data", "world", "--out", str(out), "--profile", "smoke", "--runs", "composer,clip", "--search-only")
+
+
+# ---------------------------------------------------------------------------- on Ray, killed and resumed
+def test_two_ray_workers_train_the_study_and_kept_weights_load_as_gc_evaluate_loads_them(world_env, run_study):
+    """--jobs 2 on a local Ray of two CPUs: two runs at a time in Ray's worker processes, each through train()
+    into its folder; --keep-weights keeps each run's model/ (save_pretrained), which gc-evaluate's loader
+    reads and which scores as the study reported."""
+    import ray
+
+    from composer.cli.evaluate import load_model
+    from composer.evaluation.eval_sets import load_eval_data
+    from composer.study.evaluation import sentence_retrieval
+
+    root, _, _ = world_env
+    _, call = run_study
+    out = root / "ray_study"
+    ray.init(num_cpus=2, include_dashboard=False)  # after world_env: the workers inherit its data directories
+    try:
+        log = call("--data", "world", "--out", str(out), "--profile", "smoke", "--runs", "composer,vse,clip",
+                   "--jobs", "2", "--keep-weights")
+    finally:
+        ray.shutdown()
+    assert sum("training (Ray task)" in line for line in log) == 3
+    results = json.loads((out / "results.json").read_text())
+    assert results["study"]["complete"] and set(results["runs"]) == {"composer", "vse", "clip"}
+    pids = set()
+    for name in ("composer", "vse", "clip"):
+        folder = out / "runs" / name / "seed0"
+        trained = json.loads((folder / "results.json").read_text())  # train()'s own, beside the study's
+        assert trained["model"] == name and (folder / "run.json").is_file() and not (folder / "checkpoints").exists()
+        loaded = load_model(folder / "model")  # gc-evaluate --checkpoint OUT/runs/RUN/seedS/model
+        assert loaded.kind == name
+        pids.add(json.loads((folder / "study_result.json").read_text())["pid"])
+    assert len(pids) >= 2 and os.getpid() not in pids  # the runs ran in Ray's workers, not in this process
+    composer = results["runs"]["composer"]["seeds"]["0"]
+    loaded = load_model(out / "runs" / "composer" / "seed0" / "model")
+    mcd = results["study"]["data"]["mcd"]
+    split = load_eval_data(mcd["path"], split="all", features=results["study"]["data"]["world"]["features"],
+                           eval_images=mcd["num_images"], max_regions=composer["config"]["data"]["max_regions"],
+                           parser="world")
+    again = sentence_retrieval(loaded.model, loaded.tokenizer, split, max_pairs=PROFILES["smoke"].max_pairs)
+    assert again["R@1"] == composer["mcd"]["R@1"] and again["R@5"] == composer["mcd"]["R@5"]
+
+
+def test_a_killed_study_resumes_and_trains_no_finished_run_again(world_env, run_study):
+    """The study's process killed (SIGKILL) after its first run finished: the rerun keeps that run's result,
+    trains the rest (the run the kill interrupted starts over in its folder) and completes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root, env, _ = world_env
+    _, call = run_study
+    out = root / "killed_study"
+    args = ("--data", "world", "--out", str(out), "--profile", "smoke", "--runs", "composer,vse,flat")
+    proc = subprocess.Popen([sys.executable, "-m", "composer.cli.study", *args], cwd=ROOT,
+                            env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = out / "runs" / "composer" / "seed0" / "study_result.json"
+    deadline = time.monotonic() + 900
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert first.exists(), "the study ended or timed out before its first run finished"
+    done_before = {p.parent.parent.name: (p.stat().st_mtime_ns, json.loads(p.read_text())["pid"])
+                   for p in (out / "runs").glob("*/seed0/study_result.json")}
+    assert len(done_before) < 3, "the kill came after the last run"
+    log = call(*args)
+    trained = [line for line in log if ": training" in line]
+    assert len(trained) == 3 - len(done_before) and not any(name in line for name in done_before for line in trained)
+    assert sum("done before, skipped" in line for line in log) == len(done_before)
+    for name, (mtime, pid) in done_before.items():
+        path = out / "runs" / name / "seed0" / "study_result.json"
+        assert path.stat().st_mtime_ns == mtime and json.loads(path.read_text())["pid"] == pid == proc.pid
+    assert json.loads((out / "results.json").read_text())["study"]["complete"]
+    for name in ("vse", "flat"):  # overwritten, not resumed: one training log per run folder
+        assert [p.name for p in (out / "runs" / name / "seed0" / "logs").iterdir()] == ["version_0"]

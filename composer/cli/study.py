@@ -15,8 +15,9 @@ Writes ``OUT/results.json`` (every result of every seed, with the profile, seeds
 and timings), ``OUT/tables.md`` and ``OUT/tables/*.md`` (mean ± std over seeds), ``OUT/plots/*.png``,
 the split files under ``OUT/data/`` and one directory per run and seed under ``OUT/runs/``. A rerun
 skips finished runs, so a killed study resumes where it stopped (``--seeds`` and ``--runs`` may grow
-between invocations; other profile settings may not). ``--jobs N`` trains N runs at a time in worker
-processes. See docs/evaluation.md.
+between invocations; other profile settings may not). Each run is trained by the training commands'
+``train()`` into its folder; ``--jobs N`` trains N at a time as Ray tasks on this machine, ``--address``
+on a Ray cluster. ``--report-only`` rebuilds the report from the runs' results. See docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -44,19 +45,21 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", default="cpu", choices=sorted(PROFILES), help="sizes (composer/study/config.py)")
     ap.add_argument("--seeds", help="comma-separated seeds (default: the profile's, 0,1,2 for cpu and gpu)")
     ap.add_argument("--runs", help="comma-separated run names, a subset of the profile's (default: all of them)")
-    ap.add_argument("--jobs", type=int, help="runs trained at a time, in worker processes of one core share each "
-                                             "(default: the profile's; cpu: 2)")
+    ap.add_argument("--jobs", type=int, help="runs trained at a time, as Ray tasks of cores / jobs threads each "
+                                             "(default: the profile's; cpu: 2; 1 = in this process)")
+    ap.add_argument("--address", help="a Ray cluster's address (ray start --head; the study directory must be "
+                                      "on a file system every node shares); default: this machine")
     ap.add_argument("--accelerator", default="auto", help="Lightning accelerator (default: GPU when available)")
     ap.add_argument("--precision", default=None, help="Lightning precision (default: bf16-mixed on GPU, 32 on CPU)")
     ap.add_argument("--search", action="store_true",
                     help="first the equal-budget recipe search (each model: 6 runs on seed 0, scored on val; "
                          "composer/study/search.py) into OUT/search, then the study from the chosen recipes")
     ap.add_argument("--search-only", action="store_true", help="the recipe search alone (OUT/search, tables/search.md)")
-    ap.add_argument("--keep-weights", action="store_true", help="save each run's model weights (model.pt)")
+    ap.add_argument("--keep-weights", action="store_true",
+                    help="keep each run's model (OUT/runs/RUN/seedS/model, a save_pretrained folder gc-evaluate loads)")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild results.json, tables and plots from the finished runs; train nothing")
     ap.add_argument("--verbose", action="store_true", help="the libraries' INFO logs too (graph cache, IL spawns)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set on the --jobs processes
     return ap
 
 
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
 
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
-        logging.getLogger("composer.study.runner").setLevel(logging.INFO)  # the study's own progress lines
+        logging.getLogger("composer.study").setLevel(logging.INFO)  # the study's own progress lines
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*number of training batches.*")
     warnings.filterwarnings("ignore", message=".*treespec.*")  # a deprecation inside Lightning
@@ -84,12 +87,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: --jobs must be >= 1, got {jobs}")
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(profile.seeds)
     runs = study_runs(profile, [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None)
-    results = run_study(args.out, profile, seeds=seeds, runs=runs, jobs=jobs, report_only=args.report_only,
-                        worker=args.worker, worker_argv=argv, data=args.data, search=args.search,
-                        search_only=args.search_only,
-                        options=StudyOptions(args.accelerator, args.precision, args.keep_weights))
-    if results is None:  # a worker
-        return 0
+    results = run_study(args.out, profile, seeds=seeds, runs=runs, report_only=args.report_only, data=args.data,
+                        search=args.search, search_only=args.search_only,
+                        options=StudyOptions(args.accelerator, args.precision, args.keep_weights, jobs=jobs,
+                                             address=args.address))
     if "search" in results:  # --search-only
         logger.info("wrote %s/search/chosen.json and tables/search.md", args.out)
         return 0

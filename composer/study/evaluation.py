@@ -10,7 +10,7 @@ interface :func:`composer.models.common.retrieval.score_matrix` calls), so all n
   builder parses captions, scored pair by pair).
 
 :func:`world_hard_negative_set` builds the world's set once (negatives verified false against the scene
-graphs by :class:`features.world.hard_negatives.WorldHardNegatives`).
+graphs by :func:`features.catalog.world_hard_negatives`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from composer.evaluation.sentence_retrieval import sentence_retrieval_report
 from composer.models.composer.program import ConceptProgram
 from composer.models.common.retrieval import score_matrix
 
-__all__ = ["flat_report", "sentence_retrieval", "world_hard_negative_set"]
+__all__ = ["flat_report", "generalisation_gap", "sentence_retrieval", "world_hard_negative_set"]
 
 log = logging.getLogger(__name__)
 
@@ -57,23 +57,16 @@ def world_hard_negative_set(world_dir: str | Path, captions: Sequence[tuple[str,
                             distractor_images: int = 5, seed: int = 0, name: str = "world-hn") -> tuple[dict, dict]:
     """The world's hard-negative evaluation set for ``(image_id, caption)`` pairs, and its generation report.
 
-    Negatives are verified false of their image (:class:`features.world.hard_negatives.WorldHardNegatives`);
+    Negatives are verified false of their image (:func:`features.catalog.world_hard_negatives`);
     text-to-image distractors are drawn from ``distractor_pool`` (default: the captions' own images), so
     that a model is not asked to rank images it was trained on.
     """
-    from features.world.generate import load_scenes
-    from features.world.hard_negatives import WorldHardNegatives, WorldNegativeConfig
+    from features.catalog import world_hard_negatives
 
-    scenes = load_scenes(Path(world_dir) / "scenes.jsonl.gz")
     pool = list(dict.fromkeys(distractor_pool if distractor_pool is not None else [i for i, _ in captions]))
-    needed = set(pool) | {i for i, _ in captions}
-    unknown = sorted(needed - set(scenes))
-    if unknown:
-        raise ValueError(f"{len(unknown)} images have no scene graph in {world_dir} (first: {unknown[:3]})")
-    gen = WorldHardNegatives({i: scenes[i] for i in sorted(needed)},
-                             config=WorldNegativeConfig(per_type=per_type, seed=seed,
-                                                        distractor_images=distractor_images))
-    negatives, report, distractors = gen.generate(list(captions))
+    negatives, report, distractors = world_hard_negatives(
+        world_dir, captions, images=set(pool) | {i for i, _ in captions}, per_type=per_type,
+        distractor_images=distractor_images, seed=seed)
     pool_set = set(pool)
     distractors = {k: [i for i in v if i in pool_set] for k, v in distractors.items()}
     eval_set = build_eval_set(negatives, distractors=distractors, positives=list(captions), name=name,
@@ -86,3 +79,17 @@ def world_hard_negative_set(world_dir: str | Path, captions: Sequence[tuple[str,
                "dropped_by_checker": {k: dict(v) for k, v in report.dropped.items()},
                "with_distractors": sum(1 for v in distractors.values() if v)}
     return eval_set, summary
+
+
+def generalisation_gap(in_domain: dict, systematic: dict) -> dict:
+    """In-domain minus systematic recall, per metric both have (single-positive R@K, any-true R@K).
+
+    >>> generalisation_gap({"R@1": 20.0, "sentence_any_true": {"R@1": 30.0}},
+    ...                    {"R@1": 12.5, "sentence_any_true": {"R@1": 25.0}})
+    {'R@1': 7.5, 'any_true_R@1': 5.0}
+    """
+    gap = {k: round(in_domain[k] - systematic[k], 3) for k in in_domain
+           if k.startswith("R@") and isinstance(systematic.get(k), (int, float))}
+    a, b = in_domain.get("sentence_any_true") or {}, systematic.get("sentence_any_true") or {}
+    gap.update({f"any_true_{k}": round(a[k] - b[k], 3) for k in a if k in b})
+    return gap

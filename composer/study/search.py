@@ -26,15 +26,24 @@ True
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from composer.models import registry
+from composer.study.config import StudyProfile, StudyRun
+from composer.study.execute import RESULT, run_dir
+from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["GRID_SIZE", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides", "init_is_searched",
-           "named_lr", "render_search_table", "search_grid"]
+__all__ = ["GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides",
+           "finish_search", "init_is_searched", "named_lr", "read_chosen", "render_search_table", "search_grid",
+           "search_points", "search_tasks", "with_chosen_recipe"]
+
+logger = logging.getLogger(__name__)
 
 GRID_SIZE = 6
 SEARCH_SEED = 0
@@ -153,3 +162,69 @@ def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchP
               "width-scaled init, and no random weight of a VSE with a pretrained text side reads it: six learning "
               "rates instead). Scored on the val split only." + (f" Chance R@1: {chance:.1f}." if chance else "")]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- the search as study runs
+SEARCH_DIR = "search"
+
+
+def search_points(runs: list[StudyRun], profile: StudyProfile) -> list:
+    """The search grid of every model the runs train, at the profile's preset (composer/study/search.py)."""
+    return [p for model in dict.fromkeys(r.model for r in runs) for p in search_grid(model, profile.presets.get(model))]
+
+
+def search_tasks(points: list) -> list[tuple[StudyRun, int]]:
+    return [(StudyRun(p.name, p.model, f"{p.model} ({p.setting})", overrides=p.overrides(), evals=("val",)),
+             SEARCH_SEED) for p in points]
+
+
+def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int], profile: StudyProfile) -> dict:
+    """Read the search's results, choose each model's recipe, write ``search/chosen.json`` and the table.
+
+    Refuses when a study run has already finished in ``out`` with the named recipes: a study is trained
+    from one recipe per model, not a mix.
+    """
+    val_r1, chance = {}, None
+    for p in points:
+        path = out / SEARCH_DIR / "runs" / p.name / "seed0" / RESULT
+        if path.exists():
+            val = json.loads(path.read_text())["val"]
+            val_r1[p.name], chance = val["R@1"], val.get("chance_R@1")
+        else:
+            val_r1[p.name] = None
+    chosen = choose_recipes(val_r1, points)
+    path = out / SEARCH_DIR / "chosen.json"
+    if not path.exists() or json.loads(path.read_text())["chosen"] != chosen:
+        finished = [run.name for run in runs for s in seeds if (run_dir(out, run, s) / RESULT).exists()]
+        if finished:
+            raise SystemExit(f"error: {out} holds study runs trained before this recipe search ({finished[:3]} ...); "
+                             f"search in a new --out, or delete {out / 'runs'}")
+    write_json_atomic(path, {"chosen": chosen, "val_R@1": val_r1, "profile": profile.name})
+    write_text_atomic(out / "tables" / "search.md", render_search_table(val_r1, points, chosen, chance))
+    missing = sorted({p.model for p in points} - set(chosen))
+    if missing:
+        raise SystemExit(f"error: the recipe search has no finished run for {missing}; rerun to retry")
+    logger.info("recipe search: %s", {m: c["run"] for m, c in chosen.items()})
+    return chosen
+
+
+def read_chosen(out: Path) -> dict | None:
+    """The recipes the search chose for this study directory, or None (the named recipes)."""
+    path = out / SEARCH_DIR / "chosen.json"
+    return json.loads(path.read_text())["chosen"] if path.exists() else None
+
+
+def with_chosen_recipe(run: StudyRun, chosen: dict | None) -> StudyRun:
+    """``run`` starting from its model's chosen recipe; the run's own overrides (an ablation's) win.
+
+    >>> run = StudyRun("composer_mlp", "composer", "x", overrides={"model": {"modulator": "mlp"}})
+    >>> with_chosen_recipe(run, {"composer": {"lr": 1e-3, "init": 0.02}}).overrides
+    {'lr': 0.001, 'model': {'text': {'initializer_range': 0.02}, 'modulator': 'mlp'}}
+    """
+    if not chosen or run.model not in chosen:
+        return run
+    base = chosen_overrides(chosen[run.model])
+    merged = {**base, **run.overrides}
+    if "model" in base and "model" in run.overrides:
+        merged["model"] = {**base["model"], **run.overrides["model"]}
+    return replace(run, overrides=merged)

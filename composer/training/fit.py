@@ -1,7 +1,7 @@
 """Fit-and-report: train one recipe with checkpoints, logs and exact resume, test it, write ``results.json``.
 
-Every training entry point (``train_composer``, ``train_baseline``) calls :func:`train`; the study trains
-its runs with its own short loop (no checkpoints) but builds them the same way (:func:`prepare_run`).
+Every training entry point (``train_composer``, ``train_baseline``) and every run of the study
+(:mod:`composer.study.execute`) calls :func:`train`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class TrainerOptions:
         mode: the output folder policy (:func:`crg.outputs.prepare_output_dir`): ``new`` refuses a folder
             holding another run, ``resume`` continues one with the same settings, ``overwrite`` replaces it.
         log_every_seconds: without a progress bar or a terminal, log step, loss, speed and ETA this often.
+        log_every_n_steps: Lightning's logging cadence of the training losses (the CSV log's rows).
     """
 
     max_steps: int = -1
@@ -72,6 +73,7 @@ class TrainerOptions:
     val_every: int | None = None
     mode: str = "new"
     log_every_seconds: float = 60.0
+    log_every_n_steps: int = 10
 
 
 class ProgressLog(L.Callback):
@@ -211,7 +213,8 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
         logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")], callbacks=callbacks,
         enable_progress_bar=options.progress, deterministic=deterministic_algorithms(options), num_sanity_val_steps=0,
         use_distributed_sampler=False,  # the training batch sampler shards itself (EpochBatchSampler)
-        gradient_clip_val=module.optim.grad_clip or None, log_every_n_steps=10, **cadence)
+        gradient_clip_val=module.optim.grad_clip or None, log_every_n_steps=options.log_every_n_steps,
+        **cadence)
     if control is not None:
         control.fit_to(trainer)
     started = time.perf_counter()
@@ -385,12 +388,15 @@ def is_first_process() -> bool:
 
 
 def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path,
-          callbacks: Sequence[L.Callback] = ()) -> dict:
+          callbacks: Sequence[L.Callback] = (), *, fit_schedule: ScheduleFit | None = None,
+          on_trained: Callable[[PreparedRun], None] | None = None) -> dict:
     """Train ``recipe`` into the run folder ``out``; returns what ``results.json`` holds.
 
     The folder policy (:func:`crg.outputs.prepare_output_dir`) is applied before any data are read:
     ``options.mode`` ``new`` refuses a folder holding another run, ``resume`` continues a run with the
-    same settings, ``overwrite`` deletes the old run's files first.
+    same settings, ``overwrite`` deletes the old run's files first. ``fit_schedule`` sizes the schedule
+    from the data (:func:`prepare_run`; the study's fixed step budgets); ``on_trained`` is called with the
+    trained run (its module and data module) after ``results.json`` is written, e.g. to evaluate more.
     """
     out = Path(out)
     mode = "resume" if options.resume else options.mode
@@ -398,7 +404,11 @@ def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path,
         prepare_output_dir(out, command=f"train {recipe.model}", settings=run_settings(recipe, options), mode=mode,
                            owned=OWNED)
     logger.info("git %s; recipe %s; trainer %s", git_sha(), recipe, options)
-    run = prepare_run(recipe, max_steps=options.max_steps)
+    run = prepare_run(recipe, max_steps=options.max_steps, fit_schedule=fit_schedule)
     results = {"model": recipe.model,
-               "config": run_config(recipe, run.model_config, training_precision(options))}
-    return fit_and_report(run, options, out, results=results, val_every=recipe.val_every, callbacks=callbacks)
+               "config": run_config(run.recipe, run.model_config, training_precision(options))}
+    results = fit_and_report(run, options, out, results=results, val_every=run.recipe.val_every,
+                             callbacks=callbacks)
+    if on_trained is not None:
+        on_trained(run)
+    return results

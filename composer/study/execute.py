@@ -1,0 +1,295 @@
+"""One run of the study, and the map over runs.
+
+A run (a :class:`composer.study.config.StudyRun` and a seed) is trained by the same
+:func:`composer.training.fit.train` a user calls, into its run folder ``OUT/runs/RUN/seedS/`` (checkpoints,
+``model/``, ``results.json``), with the profile's fixed step budget; then the study's evaluations (test sets,
+MCD split, windows, phrases, hard negatives, the CLIP family's probe) score the **saved** model
+(``model/``, loaded by :func:`composer.models.registry.load_pretrained` as ``gc-evaluate`` loads it) and
+are written to ``study_result.json``, the run's mark of being finished.
+
+:func:`run_tasks` runs the unfinished ones: in this process for one job, else as Ray tasks (a local Ray
+of this machine's cores, or the cluster at ``address``; one GPU per run where there is one).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from composer.models import registry
+from composer.models.common.config import plain_config
+from composer.provenance import git_sha, hardware_description
+from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
+from composer.study.data import PRUNE_SEED, EvalSets
+from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
+from crg.outputs import write_json_atomic, write_text_atomic
+
+__all__ = ["RESULT", "StudyOptions", "read_train_curve", "run_dir", "run_recipe", "run_tasks", "study_schedule",
+           "train_and_evaluate"]
+
+logger = logging.getLogger(__name__)
+
+RESULT = "study_result.json"  # beside train()'s results.json: the study's evaluations; written last
+
+
+@dataclass
+class StudyOptions:
+    """How the runs are trained (not what): Lightning's accelerator and precision (None = bf16-mixed on a
+    GPU, 32-true on CPU), whether to keep each run's weights (``model/``, a ``save_pretrained`` folder),
+    and where the runs execute (``jobs`` at a time; ``address``: a Ray cluster's)."""
+
+    accelerator: str = "auto"
+    precision: str | None = None
+    keep_weights: bool = False
+    jobs: int = 1
+    address: str | None = None
+
+
+def run_dir(out: Path, run: StudyRun, seed: int) -> Path:
+    return out / "runs" / run.name / f"seed{seed}"
+
+
+# ---------------------------------------------------------------------------- the run's recipe
+def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecipe:
+    """The world's named recipe of ``run.model`` with the profile's sizes and the run's typed overrides."""
+    overrides = dict(run.overrides)
+    sizes: dict = {"seed": seed, **profile.world_data(),
+                   "eval_images": profile.eval_images, "num_workers": profile.num_workers,
+                   "prune_probability": run.prune, "prune_seed": PRUNE_SEED, "parser": run.parser}
+    if profile.max_regions is not None:
+        sizes["max_regions"] = profile.max_regions
+    if run.model in profile.presets:
+        sizes["preset"] = profile.presets[run.model]
+    if registry.get(run.model).step_schedule is None:
+        sched = schedule_for(profile, run.model)
+        sizes.update({k: v for k, v in {"lr": sched.lr, "batch_size": sched.batch_size}.items() if v is not None})
+    else:
+        if profile.clip_batch_size is not None:
+            sizes["batch_size"] = profile.clip_batch_size
+        sizes["il"] = il_overrides(profile, run)  # IL's step schedule (the plain kinds: its total steps)
+    return named_recipe(run.model, "world", RecipeOverrides(**{**sizes, **overrides}))
+
+
+def study_schedule(run: StudyRun, profile: StudyProfile):
+    """``train()``'s ``fit_schedule`` for the run: the named schedule's shape (warm-up, /10 steps) compressed
+    into the profile's number of steps; IL's step schedule as it is (the plain kinds: its total steps)."""
+
+    def fit_schedule(recipe: TrainingRecipe, spe: int) -> tuple[TrainingRecipe, int, int]:
+        if recipe.il is not None:
+            return recipe, -1, recipe.il.total_steps
+        sched = schedule_for(profile, run.model)
+        max_steps = sched.total_steps(spe)
+        optim = replace(recipe.optim, epochs=max(1, math.ceil(max_steps / spe)),
+                        warmup_epochs=sched.warmup_fraction * max_steps / spe,
+                        decay_epochs=tuple(f * max_steps / spe for f in sched.decay_fractions))
+        return replace(recipe, optim=optim), optim.epochs, max_steps
+
+    return fit_schedule
+
+
+def read_train_curve(metrics_csv: Path) -> dict:
+    """Per-step training losses from a Lightning CSV log (IL-CLIP's generation and phase when logged)."""
+    keys = {"loss": "train/loss", "contrastive": "train/contrastive", "distill": "train/distill",
+            "generation": "il/generation", "phase": "il/phase", "match_acc": "train/match_acc"}
+    rows: dict[int, dict] = {}
+    if not metrics_csv.exists():
+        return {}
+    with metrics_csv.open() as f:
+        for rec in csv.DictReader(f):
+            if not rec.get("step"):
+                continue
+            row = rows.setdefault(int(float(rec["step"])), {})
+            for name, col in keys.items():
+                if rec.get(col) not in (None, ""):
+                    row[name] = float(rec[col])
+    steps = sorted(s for s, r in rows.items() if "loss" in r)
+    curve = {"step": steps}
+    for name in keys:
+        if any(name in rows[s] for s in steps):
+            curve[name] = [rows[s].get(name) for s in steps]
+    return curve
+
+
+def _cycle(loader):
+    while True:
+        yield from loader
+
+
+# ---------------------------------------------------------------------------- one run
+def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: EvalSets, out: Path,
+                       options: StudyOptions) -> dict:
+    """Train one run for one seed with ``train()`` into ``out`` (a half-trained folder is overwritten) and
+    evaluate its saved model; returns the study's result (written by the caller)."""
+    from composer.training.fit import TrainerOptions, train
+
+    trained = {}
+    trainer_options = TrainerOptions(
+        accelerator=options.accelerator, devices=1, precision=options.precision, test=False, progress=False,
+        val_every=10 ** 9,  # no validation while training: a fixed budget, scored after (the search: on val)
+        mode="overwrite", log_every_n_steps=profile.log_every_n_steps, log_every_seconds=10 ** 9)
+    fit = train(run_recipe(run, seed, profile), trainer_options, out, fit_schedule=study_schedule(run, profile),
+                on_trained=lambda prepared: trained.update(run=prepared))
+    prepared = trained["run"]
+    module, dm, recipe = prepared.module, prepared.datamodule, prepared.recipe
+    # the study's evaluations score the saved model, as gc-evaluate would load it
+    saved = registry.load_pretrained(out / fit["model_dir"])
+    device = next(module.model.parameters()).device
+    saved.model.to(device).train(module.model.training)
+    module.model = saved.model
+    model, tok = saved.model, saved.tokenizer
+    configs = {"model": plain_config(prepared.model_config), "optim": plain_config(recipe.optim),
+               "data": plain_config(recipe.data), "il": None if recipe.il is None else plain_config(recipe.il),
+               "overrides": run.overrides, "steps_per_epoch": dm.steps_per_epoch()}
+    result = {"run": run.name, "model": run.model, "label": run.label, "seed": seed, "steps": fit["global_step"],
+              "train_seconds": fit["train_seconds"], "git": git_sha(), "hardware": hardware_description(),
+              "device": str(device), "num_parameters": int(sum(p.numel() for p in model.parameters())),
+              "config": configs, "prune": run.prune, "parser": run.parser, "model_dir": fit["model_dir"],
+              "pid": os.getpid()}
+    started = time.perf_counter()
+    result.update(evaluate_saved(run, profile, sets, module, dm, model, tok, result))
+    result["eval_seconds"] = round(time.perf_counter() - started, 1)
+    logs = sorted((out / "logs").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+    result["train_curve"] = read_train_curve(logs[-1]) if logs else {}
+    result["train_curve"]["seed"] = seed
+    return result
+
+
+def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module, dm, model, tok,
+                   result: dict) -> dict:
+    """The run's evaluations (``profile.evals_for(run)``) of ``model`` (the saved one, also ``module.model``)."""
+    from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
+    from composer.evaluation.text_pairs import hard_negative_accuracy
+    from composer.study.evaluation import flat_report, generalisation_gap, sentence_retrieval
+    from composer.training.fit import add_twin_scores
+
+    device = next(model.parameters()).device
+    max_regions, mp = dm.cfg.max_regions, profile.max_pairs
+    evals = profile.evals_for(run)
+    result = {**result, "eval_seconds_by": {}}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        value = fn()
+        result["eval_seconds_by"][name] = round(time.perf_counter() - t, 1)
+        return value
+
+    if "val" in evals:  # the recipe search's criterion
+        result["val"] = timed("val", lambda: flat_report(module.evaluate_retrieval(
+            dm.retrieval_set("val", profile.eval_images))))
+    if "test" in evals:  # in-domain test and, on the compositional world, the systematic (productivity) set
+        for role in ("test", *(r for r in dm.eval_roles() if r != "productivity" or "productivity" in evals)):
+            result[role] = timed(role, lambda: flat_report(module.evaluate_retrieval(
+                dm.retrieval_set(role, profile.eval_images))))
+        if "systematic" in result:  # the generalisation gap, per seed (the tables average it)
+            result["gap"] = generalisation_gap(result["test"], result["systematic"])
+        timed("twins", lambda: add_twin_scores(module, dm, result))
+    test = sets.test(run.prune, max_regions, run.parser) if "phrase" in evals else None
+    mcd = sets.data["mcd"]
+    if "mcd" in evals:
+        split = sets.split_file(mcd["path"], mcd["num_images"], run.prune, max_regions, run.parser)
+        result["mcd"] = {**timed("mcd", lambda: sentence_retrieval(model, tok, split, device=device, max_pairs=mp)),
+                         "compound_divergence": mcd["compound_divergence"]}
+    if "windows" in evals:
+        def windows():
+            rows = []
+            for w in mcd["windows"]:
+                split = sets.split_file(w["path"], w["num_images"], run.prune, max_regions, run.parser)
+                rows.append({**{k: w[k] for k in ("target", "compound_divergence", "atom_divergence", "window_start")},
+                             **sentence_retrieval(model, tok, split, device=device, max_pairs=mp)})
+            return rows
+        result["windows"] = timed("windows", windows)
+    if "phrase" in evals:
+        result["phrase"] = timed("phrase", lambda: evaluate_phrase_retrieval(
+            model, test.regions.to(device), test.geometry.to(device), test.region_mask.to(device), tok, test.graph,
+            test.image_ids, truth=test.truth, captions=test.captions, per_caption=profile.phrases_per_caption,
+            seed=0, max_pairs=mp))
+    if "hard_negatives" in evals:
+        programs = sets.hn_programs(run.prune, run.parser)
+        result["hard_negatives"] = timed("hard_negatives", lambda: hard_negative_accuracy(
+            model, tok, sets.hn_set, programs, dm.store, max_regions=max_regions, device=device, max_pairs=mp))
+    if hasattr(module, "easy_to_learn_probe") and profile.probe_steps > 0:  # the CLIP family's (§4.4)
+        def probe():
+            curve = module.easy_to_learn_probe(_cycle(dm.train_dataloader()), steps=profile.probe_steps,
+                                               lr=profile.probe_lr, seed=0)
+            return {"accuracy": curve.accuracy, "text_to_image": curve.text_to_image, "loss": curve.loss}
+        result["probe"] = timed("probe", probe)
+    return result
+
+
+def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path, options: StudyOptions,
+            threads: int | None = None) -> str:
+    """Train, evaluate and record one (run, seed) in its folder; returns a log line. A run that raises (a
+    non-finite loss, say) leaves its traceback in ``error.txt`` and no result: the study goes on, the
+    report lists it as failed and a rerun tries it again."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    directory = run_dir(out, run, seed)
+    (directory / "error.txt").unlink(missing_ok=True)
+    try:
+        result = train_and_evaluate(run, seed, profile, EvalSets.shared(profile, data), directory, options)
+    except Exception:  # one broken run must not stop the study: record it and go on
+        write_text_atomic(directory / "error.txt", traceback.format_exc())
+        logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / "error.txt")
+        return f"{run.name} seed {seed}: failed (error.txt)"
+    import shutil
+
+    shutil.rmtree(directory / "checkpoints", ignore_errors=True)  # optimiser state: the result is final
+    if not options.keep_weights:
+        shutil.rmtree(directory / result["model_dir"], ignore_errors=True)
+    write_json_atomic(directory / RESULT, result)
+    r1 = {key: f"{result[key]['R@1']:.1f}" if key in result else "-" for key in ("test", "mcd")}
+    return (f"{run.name} seed {seed}: {result['steps']} steps in {result['train_seconds']:.0f} s, evaluation "
+            f"{result['eval_seconds']:.0f} s; test R@1 {r1['test']}, MCD R@1 {r1['mcd']}")
+
+
+# ---------------------------------------------------------------------------- the map over runs
+def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,
+              options: StudyOptions) -> None:
+    """Train and evaluate every (run, seed) without a ``study_result.json``; the finished ones are skipped.
+
+    One job without an address runs them here, one after another; otherwise each is a Ray task of
+    ``cores / jobs`` CPUs (and a GPU where Ray has one), ``jobs`` at a time on this machine (Ray started
+    here unless it is already), or spread over the cluster at ``options.address``.
+    """
+    todo = []
+    for k, (run, seed) in enumerate(tasks, 1):
+        if (run_dir(out, run, seed) / RESULT).exists():
+            logger.info("[%d/%d] %s seed %d: done before, skipped", k, len(tasks), run.name, seed)
+        else:
+            todo.append((run, seed))
+    if options.jobs == 1 and options.address is None:
+        for k, (run, seed) in enumerate(todo, 1):
+            logger.info("[%d/%d] %s seed %d: training", k, len(todo), run.name, seed)
+            logger.info("[%d/%d] %s", k, len(todo), execute(run, seed, profile, data, out, options))
+        return
+    import ray
+
+    if not ray.is_initialized():
+        env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
+        ray.init(address=options.address, num_cpus=None if options.address else os.cpu_count(),
+                 runtime_env={"env_vars": env} if env else None, include_dashboard=False)
+    # ``jobs`` runs at a time over all of Ray's CPUs, none larger than the smallest machine
+    node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
+    cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
+    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0  # a GPU per run where there is one
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(execute)
+    pending = {}
+    for k, (run, seed) in enumerate(todo, 1):
+        logger.info("[%d/%d] %s seed %d: training (Ray task)", k, len(todo), run.name, seed)
+        pending[remote.remote(run, seed, profile, data, out, options, cpus)] = (run, seed)
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        run, seed = pending.pop(done[0])
+        try:
+            logger.info("%s", ray.get(done[0]))
+        except Exception as err:  # the worker died (killed, out of memory): no result; a rerun tries again
+            logger.error("%s seed %d: the Ray task failed: %s", run.name, seed, err)
+            write_text_atomic(run_dir(out, run, seed) / "error.txt", f"Ray task failed\n{err}\n")
