@@ -7,7 +7,15 @@ A command that writes ``OUT/`` records what it is and the settings it ran with i
   never mixed with or silently replaced by a new one; the message names ``--resume`` and ``--overwrite``;
 * continues (``mode="resume"``) only a run of the same command whose settings equal the given ones,
   else refuses and lists the settings that differ; resuming a folder with nothing to resume is refused;
-* starts over (``mode="overwrite"``), deleting what the command owns (its ``owned`` names) and nothing else.
+* starts over (``mode="overwrite"``), deleting what the earlier run recorded that it wrote (the manifest's
+  ``written`` names, only among the command's ``owned`` ones) and nothing else: a file with an owned name that
+  no run wrote (a user's corpus called ``captions.jsonl``) is never deleted, and is never written over either:
+  the run is refused, naming it.
+
+Before any of this, an input of the command that is (or lies inside) a file the command writes in ``OUT`` is
+refused (``inputs``, resolved paths): ``--captions d/captions.jsonl --out d --dump`` would replace the corpus
+it reads. Temporary files a killed or failed atomic write left beside an owned name (``NAME.tmp``,
+``NAME.tmp.*``, ``.NAME.*.tmp``) are removed by a resumed or overwriting run, so a full disk is not full again.
 
 Result files are written through a temporary file and a rename (:func:`write_text_atomic`), so a killed
 command leaves the old file or the new one, never half of one. This module lives in ``crg`` because
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -101,8 +110,38 @@ def settings_diff(before: Mapping, now: Mapping, prefix: str = "") -> list[str]:
     return out
 
 
+def _temp_leftovers(out: Path, names: Iterable[str]) -> list[Path]:
+    """Temporary files an interrupted atomic write of one of ``names`` left in ``out``."""
+    if not out.is_dir():
+        return []
+    pats = [re.compile(rf"{re.escape(n)}\.tmp(\..*)?|\.{re.escape(n)}\..*\.tmp") for n in names]
+    return sorted(p for p in out.iterdir() if p.is_file() and any(pat.fullmatch(p.name) for pat in pats))
+
+
+def _holding_input(out: Path, name: str, inputs: Mapping[str, Any]) -> str | None:
+    """The flag of an input that ``out/name`` is or holds, else None."""
+    target = (out / name).resolve()
+    for flag, path in inputs.items():
+        if path is not None:
+            src = Path(path).resolve()
+            if src == target or target in src.parents:
+                return flag
+    return None
+
+
+def _check_inputs(out: Path, names: Iterable[str], inputs: Mapping[str, Any]) -> None:
+    """Refuse an input of the command that a file the command writes in ``out`` would replace."""
+    for name in names:
+        flag = _holding_input(out, name, inputs)
+        if flag is not None:
+            path = inputs[flag]
+            raise OutputDirError(f"{flag} {path} is {out / name}, which this command writes in --out {out}: "
+                                     f"it would replace or delete its own input; choose another --out")
+
+
 def prepare_output_dir(out: str | Path, *, command: str, settings: Mapping[str, Any], mode: str = "new",
-                       owned: Iterable[str] = (), can_resume: bool = True) -> Path:
+                       owned: Iterable[str] = (), can_resume: bool = True, writes: Iterable[str] | None = None,
+                       inputs: Mapping[str, Any] | None = None) -> Path:
     """Apply the policy above to ``out`` and record ``command`` and ``settings`` in its manifest.
 
     Args:
@@ -110,17 +149,29 @@ def prepare_output_dir(out: str | Path, *, command: str, settings: Mapping[str, 
         command: the command's name, e.g. ``train_composer``.
         settings: what decides the results (JSON-able); a resumed run must have the same.
         mode: ``new``, ``resume`` or ``overwrite`` (:data:`MODES`).
-        owned: names (relative to ``out``; folders included) that the command writes and may delete.
+        owned: names (relative to ``out``; folders included) that the command may write, and so delete.
         can_resume: False for commands that always start over (then ``resume`` is refused).
+        writes: the owned names this run writes (default: all of ``owned``), recorded in the manifest as
+            ``written``: what a later ``overwrite`` deletes.
+        inputs: ``{flag: path}`` of the command's input files, refused when a written name would replace them.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"--out {out} is a file, not a folder")
+    owned = list(owned)
+    writes = sorted(set(owned if writes is None else writes))
+    inputs = dict(inputs or {})
+    _check_inputs(out, {*writes, MANIFEST}, inputs)
     settings = _plain(dict(settings))
     present = sorted(p.name for p in out.iterdir()) if out.exists() else []
-    manifest = read_manifest(out) if present else None
+    try:
+        manifest = read_manifest(out) if present else None
+    except OutputDirError:
+        if mode != "overwrite":
+            raise
+        manifest = None  # a damaged manifest: nothing is known to be ours, so only unowned-name checks apply
     if mode == "resume":
         if not can_resume:
             raise OutputDirError(f"{command} cannot resume a run; pass --overwrite to replace {out}")
@@ -134,6 +185,11 @@ def prepare_output_dir(out: str | Path, *, command: str, settings: Mapping[str, 
         if diff:
             raise OutputDirError(f"{out} cannot resume: the run there has other settings ({'; '.join(diff)}); "
                                  f"pass --overwrite to replace it, or choose another --out")
+        for tmp in _temp_leftovers(out, owned):
+            tmp.unlink(missing_ok=True)
+        manifest = dict(manifest)
+        manifest["written"] = sorted({*_written(manifest, owned), *writes})
+        write_json_atomic(out / MANIFEST, manifest)
         return out
     if present and mode == "new":
         what = f"a previous run of {manifest.get('command')}" if manifest else "files"
@@ -142,12 +198,29 @@ def prepare_output_dir(out: str | Path, *, command: str, settings: Mapping[str, 
         raise OutputDirError(f"{out} holds {what} ({', '.join(present[:6])}{', ...' if len(present) > 6 else ''}): "
                              f"{hint}, or choose another --out")
     if present and mode == "overwrite":
-        for name in {*owned, MANIFEST}:
+        recorded = {n for n in (_written(manifest, owned) if manifest else ()) if n in owned
+                    and _holding_input(out, n, inputs) is None}  # an input is never deleted, recorded or not
+        foreign = [name for name in writes if name not in recorded and (out / name).exists()]
+        if foreign:
+            raise OutputDirError(f"--overwrite: {', '.join(str(out / n) for n in foreign)} "
+                                 f"{'was' if len(foreign) == 1 else 'were'} not written by a run of this library "
+                                 f"(not in {out / MANIFEST}) and would be replaced: move "
+                                 f"{'it' if len(foreign) == 1 else 'them'} away or choose another --out")
+        for name in sorted(recorded):
             target = out / name
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             else:
                 target.unlink(missing_ok=True)
+        for tmp in _temp_leftovers(out, owned):
+            tmp.unlink(missing_ok=True)
+        (out / MANIFEST).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / MANIFEST, {"command": command, "settings": settings})
+    write_json_atomic(out / MANIFEST, {"command": command, "settings": settings, "written": writes})
     return out
+
+
+def _written(manifest: Mapping, owned: Iterable[str]) -> list[str]:
+    """What the run of ``manifest`` wrote: its ``written`` list; a manifest from before the list was
+    recorded counts as having written every owned name (the old rule; inputs are still protected)."""
+    return list(manifest["written"]) if "written" in manifest else list(owned)

@@ -152,8 +152,12 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
     if args.engine == "ray":
         settings["engine"] = "ray"  # only then: folders of the single engine resume as before
     try:
+        writes = ["graph.npz", "graph_strings.json.gz", "stats.json"] + (["captions.jsonl"] if args.dump else []) \
+            + (["shards"] if args.engine == "ray" else [])
         prepare_output_dir(args.out, command="build_crg", settings=settings,
-                           mode="resume" if args.resume else "overwrite" if args.overwrite else "new", owned=OWNED)
+                           mode="resume" if args.resume else "overwrite" if args.overwrite else "new", owned=OWNED,
+                           writes=writes, inputs={"--captions": args.captions, "--scan-ids": args.scan_ids,
+                                                  "--cache": None if args.no_cache else args.cache})
     except OutputDirError as err:
         raise SystemExit(f"error: {err}") from None
     parser = make_parser(args.parser, args.parser_model)
@@ -175,8 +179,6 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
         finally:
             if cache is not None:
                 cache.close()
-    if not args.dump:
-        (out / "captions.jsonl").unlink(missing_ok=True)  # a dump of an earlier build would describe another graph
     if graph.num_captions == 0:
         raise SystemExit(f"error: every caption of {args.captions} was skipped ({report.as_dict()}); no graph written")
     graph.save(out)

@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None, *, resolve_dataset: Callable | None = No
     settings = {k: v for k, v in sorted(vars(args).items()) if k not in ("quiet", "overwrite", "workers")}
     try:
         prepare_output_dir(args.out, command="make_mcd_split", settings=settings, can_resume=False,
-                           mode="overwrite" if args.overwrite else "new", owned=OWNED)
+                           mode="overwrite" if args.overwrite else "new", owned=OWNED,
+                           inputs={"--train": args.train, "--candidates": args.candidates, "--cache": args.cache,
+                                   "--graph-cache": args.graph_cache})
         split = write_mcd_split(corpora, args.out, config, target_spec=targets if isinstance(targets, str) else None,
                                 graphs=graphs, compounds=args.compounds)
     except (OutputDirError, ValueError) as err:
