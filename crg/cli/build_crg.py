@@ -151,6 +151,12 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
                 "dump": args.dump}
     if args.engine == "ray":
         settings["engine"] = "ray"  # only then: folders of the single engine resume as before
+    try:  # the parser's files and the cache before run.json is written: a bad one fails a rerun-free way
+        parser = make_parser(args.parser, args.parser_model)
+        if not args.no_cache:
+            ParseCache(args.cache or default_cache_path()).close()
+    except (ValueError, FileNotFoundError) as err:
+        raise SystemExit(f"error: {err}") from None
     try:
         writes = ["graph.npz", "graph_strings.json.gz", "stats.json"] + (["captions.jsonl"] if args.dump else []) \
             + (["shards"] if args.engine == "ray" else [])
@@ -160,7 +166,6 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
                                                   "--cache": None if args.no_cache else args.cache})
     except OutputDirError as err:
         raise SystemExit(f"error: {err}") from None
-    parser = make_parser(args.parser, args.parser_model)
     out = Path(args.out)
     engine = None
     if args.engine == "ray":
