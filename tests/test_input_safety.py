@@ -336,3 +336,64 @@ def test_world_dir_of_another_world_is_refused_before_scoring(tiny_world, tmp_pa
     with pytest.raises(ValueError, match=r"--world-dir .*other: \d+ of the \d+ evaluation images are not scenes"):
         load_eval_data(str(tiny_world / "captions.jsonl"), features=str(tiny_world / "features.h5"), split="test",
                        eval_images=6, max_regions=6, world_dir=other)
+
+
+# ---------------------------------------------------------------------------- hang, aliases, missing options
+def test_a_ray_address_where_nothing_listens_fails_fast_before_run_json(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from crg.ray_engine import RayConnectError, check_address
+
+    started = time.monotonic()
+    with pytest.raises(RayConnectError, match=r"--address 127.0.0.1:1: no Ray cluster answers there"):
+        check_address("127.0.0.1:1", timeout_s=5)
+    assert time.monotonic() - started < 5
+    with pytest.raises(RayConnectError, match=r"expected auto or HOST:PORT"):
+        check_address("somewhere")
+    res = subprocess.run([sys.executable, "-m", "crg.cli.build_crg", "--captions", str(TOY), "--out",
+                          str(tmp_path / "o"), "--engine", "ray", "--address", "127.0.0.1:1", "--no-cache", "--quiet"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)   # was: retried for ever
+    assert res.returncode != 0 and "--address 127.0.0.1:1: no Ray cluster answers there" in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_split_aliases_work_in_build_crg_and_make_mcd_split(tmp_path):
+    from crg.cli.make_mcd_split import _splits
+    from crg.graph import ConceptGraph
+
+    corpus = tmp_path / "c.jsonl"
+    rows = [json.loads(line) for line in TOY.read_text().splitlines() if line.strip()]
+    for k, row in enumerate(rows):
+        row["split"] = {0: "train", 1: "restval"}.get(k % 3, "test")
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from crg.cli.build_crg import main
+
+    assert main(["--captions", str(corpus), "--split", "trainval", "--out", str(tmp_path / "o"), "--no-cache",
+                 "--quiet"]) == 0                                    # was: no images in split(s) ['trainval']
+    graph = ConceptGraph.load(tmp_path / "o")
+    wanted = {r["image_id"] for r in rows if r["split"] in ("train", "restval")}
+    assert set(graph.image_ids) == wanted
+    assert _splits("trainval") == ["train", "restval"] and _splits("all") is None
+
+
+def test_gc_build_crg_data_world_takes_world_images():
+    from features.cli.build_crg import main
+
+    seen = {}
+
+    def fake_resolve(name, **kwargs):
+        seen.update(kwargs, name=name)
+        raise SystemExit("stop")
+
+    from crg.cli import build_crg
+
+    with pytest.raises(SystemExit, match="stop"):
+        build_crg.main(["--data", "world", "--world-images", "200", "--world-seed", "3", "--out", "x"],
+                       resolve_dataset=fake_resolve)
+    assert seen["world_images"] == 200 and seen["world_seed"] == 3 and seen["name"] == "world"
+    with pytest.raises(SystemExit):
+        main(["--data", "world", "--world-images", "0", "--out", "x"])
+    with pytest.raises(SystemExit, match="options of --data world"):
+        build_crg.main(["--data", "coco", "--world-images", "200", "--out", "x"], resolve_dataset=fake_resolve)
