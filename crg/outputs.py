@@ -3,7 +3,8 @@
 A command that writes ``OUT/`` records what it is and the settings it ran with in ``OUT/run.json``
 (:data:`MANIFEST`). Run again on the same folder it then:
 
-* refuses (``mode="new"``, the default) when the folder holds anything: results of another run are
+* refuses (``mode="new"``, the default) when the folder holds anything but the manifest of a run that
+  failed before writing a file: results of another run are
   never mixed with or silently replaced by a new one; the message names ``--resume`` and ``--overwrite``;
 * continues (``mode="resume"``) only a run of the same command whose settings equal the given ones,
   else refuses and lists the settings that differ; resuming a folder with nothing to resume is refused;
@@ -16,6 +17,11 @@ Before any of this, an input of the command that is (or lies inside) a file the 
 refused (``inputs``, resolved paths): ``--captions d/captions.jsonl --out d --dump`` would replace the corpus
 it reads. Temporary files a killed or failed atomic write left beside an owned name (``NAME.tmp``,
 ``NAME.tmp.*``, ``.NAME.*.tmp``) are removed by a resumed or overwriting run, so a full disk is not full again.
+
+One run at a time: a run holds an exclusive lock on its folder (:func:`lock_output_dir`, a ``flock`` on
+``.NAME.lock`` beside ``OUT``, so the folder's listing is untouched) until its process ends; a second run
+into the same folder is refused, naming the holder's PID and command. The kernel drops the lock when the
+holder dies, however it dies, so a lock is never stale.
 
 Result files are written through a temporary file and a rename (:func:`write_text_atomic`), so a killed
 command leaves the old file or the new one, never half of one. This module lives in ``crg`` because
@@ -38,7 +44,9 @@ crg.outputs.OutputDirError: ... cannot resume: the run there has other settings 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -46,8 +54,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MANIFEST", "MODES", "OutputDirError", "prepare_output_dir", "read_manifest", "settings_diff",
-           "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["MANIFEST", "MODES", "OutputDirError", "lock_output_dir", "prepare_output_dir", "read_manifest",
+           "release_output_dir", "settings_diff", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
 
 MANIFEST = "run.json"
 MODES = ("new", "resume", "overwrite")
@@ -55,6 +63,57 @@ MODES = ("new", "resume", "overwrite")
 
 class OutputDirError(ValueError):
     """An output folder that cannot be used as asked; the message says what to pass instead."""
+
+
+logger = logging.getLogger(__name__)
+
+#: folders this process holds the lock of -> the lock file's descriptor, oldest first
+_HELD: dict[Path, int] = {}
+#: a process holds at most this many: older ones are released (a process prepares folders one after another)
+MAX_HELD = 64
+
+
+def lock_output_dir(out: str | Path, command: str) -> None:
+    """Hold ``out``'s lock until this process ends, or refuse: another live process holds it.
+
+    The lock is ``.NAME.lock`` beside ``out`` (it holds the holder's PID and command, for the message). A
+    process may lock a folder again (a no-op). Where the parent folder cannot take the lock file (read-only),
+    the run goes on unlocked, with a warning.
+    """
+    out = Path(out).resolve()
+    if out in _HELD:
+        return
+    path = out.parent / f".{out.name}.lock"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        logger.warning("cannot lock %s (%s): nothing stops a second run from writing there at once", out, err)
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 500, 0).decode("utf-8", "replace").strip() or "unknown"
+        os.close(fd)
+        raise OutputDirError(f"{out} is in use by another run (pid {holder}): two runs would mix their files; "
+                             f"wait for it to end, or choose another --out") from None
+    except OSError as err:  # a file system without locks
+        os.close(fd)
+        logger.warning("cannot lock %s (%s): nothing stops a second run from writing there at once", out, err)
+        return
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}: {command}\n".encode("utf-8"), 0)
+    _HELD[out] = fd
+    while len(_HELD) > MAX_HELD:
+        os.close(_HELD.pop(next(iter(_HELD))))
+
+
+def release_output_dir(out: str | Path) -> None:
+    """Let other processes use ``out`` again before this one ends (a library caller that runs on, e.g. a
+    notebook or a study driver, calls it when the run in ``out`` is done); a no-op for a folder not held."""
+    fd = _HELD.pop(Path(out).resolve(), None)
+    if fd is not None:
+        os.close(fd)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
@@ -164,6 +223,7 @@ def prepare_output_dir(out: str | Path, *, command: str, settings: Mapping[str, 
     writes = sorted(set(owned if writes is None else writes))
     inputs = dict(inputs or {})
     _check_inputs(out, {*writes, MANIFEST}, inputs)
+    lock_output_dir(out, command)
     settings = _plain(dict(settings))
     present = sorted(p.name for p in out.iterdir()) if out.exists() else []
     try:
@@ -191,6 +251,8 @@ def prepare_output_dir(out: str | Path, *, command: str, settings: Mapping[str, 
         manifest["written"] = sorted({*_written(manifest, owned), *writes})
         write_json_atomic(out / MANIFEST, manifest)
         return out
+    if present == [MANIFEST] and manifest is not None and mode == "new":
+        present = []  # a run that failed before writing anything: nothing to keep, no --resume needed
     if present and mode == "new":
         what = f"a previous run of {manifest.get('command')}" if manifest else "files"
         hint = "pass --resume to continue it or --overwrite to replace it" if can_resume and manifest \

@@ -397,3 +397,49 @@ def test_gc_build_crg_data_world_takes_world_images():
         main(["--data", "world", "--world-images", "0", "--out", "x"])
     with pytest.raises(SystemExit, match="options of --data world"):
         build_crg.main(["--data", "coco", "--world-images", "200", "--out", "x"], resolve_dataset=fake_resolve)
+
+
+# ---------------------------------------------------------------------------- one writer per folder
+HOLD = """
+import sys, time
+from crg.outputs import prepare_output_dir
+prepare_output_dir(sys.argv[1], command="build_crg", settings={}, owned=["a"])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused_naming_the_holder(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "o"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(OutputDirError, match=rf"is in use by another run \(pid {holder.pid}: build_crg\)"):
+            prepare_output_dir(out, command="build_crg", settings={}, mode="overwrite", owned=["a"])
+    finally:
+        holder.send_signal(signal.SIGKILL)                           # a holder that dies, however: no stale lock
+        holder.wait()
+    prepare_output_dir(out, command="build_crg", settings={}, mode="overwrite", owned=["a"])
+    prepare_output_dir(out, command="build_crg", settings={}, mode="resume", owned=["a"])   # this process again
+    assert sorted(p.name for p in out.iterdir()) == ["run.json"]    # the lock lies beside the folder
+    from crg.outputs import release_output_dir
+
+    release_output_dir(out)
+    holder = subprocess.run([sys.executable, "-c", HOLD.replace("time.sleep(600)", ""), str(out)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert holder.returncode == 0, holder.stderr                    # released: another process may use it
+
+
+def test_a_run_that_failed_before_writing_anything_needs_no_resume(tmp_path):
+    out = tmp_path / "o"
+    prepare_output_dir(out, command="demo", settings={"seed": 0}, owned=["a"])     # then it failed
+    prepare_output_dir(out, command="demo", settings={"seed": 1}, owned=["a"])     # the corrected rerun
+    (out / "a").write_text("result")
+    with pytest.raises(OutputDirError, match="holds a previous run of demo"):
+        prepare_output_dir(out, command="demo", settings={"seed": 2}, owned=["a"])
