@@ -443,3 +443,16 @@ def test_a_run_that_failed_before_writing_anything_needs_no_resume(tmp_path):
     (out / "a").write_text("result")
     with pytest.raises(OutputDirError, match="holds a previous run of demo"):
         prepare_output_dir(out, command="demo", settings={"seed": 2}, owned=["a"])
+
+
+def test_gc_hard_negatives_refuses_an_out_holding_its_own_input(tmp_path):
+    from crg.cli.hard_negatives import main
+
+    out = tmp_path / "o"
+    out.mkdir()
+    shutil.copy(TOY, out / "negatives.jsonl")
+    before = (out / "negatives.jsonl").read_bytes()
+    with pytest.raises(SystemExit, match=r"--captions .*negatives.jsonl.* its own input"):
+        main(["--captions", str(out / "negatives.jsonl"), "--out", str(out), "--overwrite", "--split", "test",
+              "--no-refine"])
+    assert (out / "negatives.jsonl").read_bytes() == before
