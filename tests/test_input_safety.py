@@ -76,6 +76,29 @@ def test_overwrite_and_resume_remove_temporary_files_of_a_failed_write(tmp_path)
     assert not (out / "graph.npz.tmp.npz").exists()
 
 
+def test_a_full_disk_during_the_graph_write_leaves_temporary_files_the_rerun_removes(tmp_path, monkeypatch):
+    import errno
+
+    import numpy as np
+
+    out = tmp_path / "d"
+    real = np.savez_compressed
+
+    def disk_full(path, **arrays):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 4096)                                  # part of the file, then no space left
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        _build("--captions", TOY, "--out", out, "--dump")
+    assert (out / "graph.npz.tmp.npz").exists() and not (out / "graph.npz").exists()
+    monkeypatch.setattr(np, "savez_compressed", real)                # space freed
+    assert _build("--captions", TOY, "--out", out, "--dump", "--overwrite") == 0
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
+    assert (out / "graph.npz").exists()
+
+
 def test_prepare_output_dir_with_an_old_manifest_still_spares_inputs(tmp_path):
     out = tmp_path / "o"
     out.mkdir()
@@ -182,7 +205,8 @@ def test_non_finite_first_stage_scores_are_refused_naming_file_and_row(tmp_path)
     scores = np.arange(12.0).reshape(3, 4)
     scores[2, 1] = np.nan
     np.save(tmp_path / "s.npy", scores)
-    with pytest.raises(SystemExit, match=r"s.npy: 1 NaN or infinite score\(s\) in 1 row\(s\), first row 2 \(column 1\)"):
+    with pytest.raises(SystemExit,
+                       match=r"s.npy: 1 NaN or infinite score\(s\) in 1 row\(s\), first row 2 \(column 1\)"):
         read_first_stage(str(tmp_path / "s.npy"), (3, 4))
     np.save(tmp_path / "all.npy", np.full((3, 4), np.nan))
     with pytest.raises(SystemExit, match=r"12 NaN or infinite score\(s\) in 3 row\(s\), first row 0"):

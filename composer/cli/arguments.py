@@ -58,7 +58,8 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--grad-clip", type=float, help="clip the gradient norm (0 = off, the paper's setting)")
     group.add_argument("--batch-size", type=int, help="positive pairs per batch (paper: 64)")
     group.add_argument("--max-regions", type=positive_int, help="detector regions per image (paper: 100)")
-    group.add_argument("--eval-images", type=positive_int, help="images of the val / test retrieval sets (paper: 1,000)")
+    group.add_argument("--eval-images", type=positive_int,
+                       help="images of the val / test retrieval sets (paper: 1,000)")
     group.add_argument("--world-images", type=positive_int, help="size of the generated world for --data world")
     group.add_argument("--world-split", choices=WORLD_SPLITS,
                        help="--data world: compositional (default: compounds held out of training, tested in-domain, "

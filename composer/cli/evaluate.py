@@ -58,11 +58,13 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
                     help="train | val | test (the dataset's labels for that role) | systematic | productivity (the "
                          "compositional world's further test sets) | all | comma-separated labels (default test; "
                          "'all' for an MCD split file)")
-    ap.add_argument("--eval-images", type=positive_int, default=1000, help="candidate images (default 1000, as the paper)")
-    ap.add_argument("--max-regions", type=positive_int, help="regions per image (default: the run's, from its results.json; "
-                                                    "else 100)")
-    ap.add_argument("--world-images", type=positive_int, help="size of the generated world for --data world (default: the "
-                                                     "run's, from its results.json; else 4000)")
+    ap.add_argument("--eval-images", type=positive_int, default=1000,
+                    help="candidate images (default 1000, as the paper)")
+    ap.add_argument("--max-regions", type=positive_int,
+                    help="regions per image (default: the run's, from its results.json; else 100)")
+    ap.add_argument("--world-images", type=positive_int,
+                    help="size of the generated world for --data world (default: the run's, from its "
+                         "results.json; else 4000)")
     ap.add_argument("--world-split", choices=WORLD_SPLITS, help="--data world: compositional or random (default: "
                                                                 "the run's, from its results.json; else compositional)")
     ap.add_argument("--world-held-out", type=int, nargs=3, metavar=("SEED", "PAIRS", "FACTS"),
@@ -258,7 +260,8 @@ def main(argv=None) -> int:
     trained_on = (loaded.run_data or {}).get("data")
     results: dict = {
         "model": loaded.kind, "checkpoint": str(loaded.path), "epoch": loaded.epoch, "global_step": loaded.global_step,
-        "trained_on": trained_on, "trained_world": _world_of(loaded.run_data), "evaluated_on": args.data, "split": args.split,
+        "trained_on": trained_on, "trained_world": _world_of(loaded.run_data), "evaluated_on": args.data,
+        "split": args.split,
         "num_images": len(data.image_ids), "num_captions": len(data.captions), "max_regions": max_regions,
         "git": git_sha(), "device": device}
     programs = [ConceptProgram.from_graph(data.graph, c) for c in data.captions]
