@@ -21,6 +21,7 @@ import gzip
 import io
 import json
 import logging
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -160,6 +161,9 @@ def read_corpus(path: str | Path, format: str | None = None, *, ids_path: str | 
         raise CorpusFormatError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
                                 f"{err.start} of a read block): a caption corpus is UTF-8 text; is this a "
                                 f"binary or compressed file without a .gz name?") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise CorpusFormatError(f"{path}: a truncated or damaged gzip file ({err or type(err).__name__}); "
+                                f"download or copy it again") from None
     seen: dict[str, int] = {}
     for k, im in enumerate(images):
         if im.image_id in seen:
@@ -193,8 +197,8 @@ def detect_format(path: Path) -> str:
 
 def _open_text(path: Path):
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")  # -sig: a byte-order mark is not part of the first id
 
 
 def _read_jsonl(path: Path) -> list[ImageRecord]:
@@ -214,7 +218,11 @@ def _read_jsonl(path: Path) -> list[ImageRecord]:
                 caps = rec["captions"]
                 if not isinstance(caps, list):
                     raise CorpusFormatError(f"{path}:{lineno}: 'captions' must be a list, got {type(caps).__name__}")
-                images.append(ImageRecord(str(rec["image_id"]), rec.get("split"), caps, rec))
+                split = rec.get("split")
+                if split is not None and not isinstance(split, str):
+                    raise CorpusFormatError(f"{path}:{lineno}: 'split' must be a string such as \"train\", got "
+                                            f"{json.dumps(split)[:60]}")
+                images.append(ImageRecord(str(rec["image_id"]), split, caps, rec))
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
         raise CorpusFormatError(f"{path}: cannot be read as UTF-8 JSON lines ({err})") from None
     return images
@@ -257,18 +265,29 @@ def _read_karpathy(path: Path) -> list[ImageRecord]:
 
 
 def _read_tsv(path: Path) -> list[ImageRecord]:
+    """Every line has the columns of the file's first (header or record) line: a caption holding a tab
+    would otherwise be cut there and its rest taken for the split."""
     by_id: dict[str, ImageRecord] = {}
+    width = first = None
     with _open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\n").rstrip("\r")
             if not line.strip():
                 continue
             cols = line.split("\t")
-            if lineno == 1 and cols[0].strip().lower() in ("image_id", "image", "id"):
-                continue
             if len(cols) not in (2, 3):
                 raise CorpusFormatError(f"{path}:{lineno}: expected 'image_id<TAB>caption[<TAB>split]', "
                                         f"got {len(cols)} column(s): {line[:120]!r}")
+            if width is None:
+                width, first = len(cols), lineno
+            elif len(cols) != width:
+                raise CorpusFormatError(f"{path}:{lineno}: {len(cols)} tab-separated columns where line {first} has "
+                                        f"{width} (a caption holding a tab?): {line[:120]!r}")
+            if lineno == first and cols[0].strip().lower() in ("image_id", "image", "id"):
+                continue
+            if len(cols) == 3 and len(cols[2].split()) > 1:
+                raise CorpusFormatError(f"{path}:{lineno}: the split column is {cols[2][:60]!r}, several words "
+                                        f"(a caption holding a tab?); a split is one word such as train")
             image_id, caption = cols[0].strip(), cols[1]
             split = cols[2].strip() if len(cols) == 3 else None
             rec = by_id.get(image_id)
@@ -294,7 +313,7 @@ def _read_scan(path: Path, ids_path: str | Path | None, per_image: int) -> list[
     if not ids_file.exists():
         raise FileNotFoundError(f"{path}: SCAN captions need their id list; expected {ids_file} "
                                 f"(build_crg: --scan-ids FILE; Python: read_corpus(..., ids_path=FILE))")
-    with open(ids_file, encoding="utf-8") as f:
+    with open(ids_file, encoding="utf-8-sig") as f:
         ids = [line.strip() for line in f if line.strip()]
     if len(ids) == len(caps):  # one id per caption: consecutive runs belong to one image
         order: list[str] = []

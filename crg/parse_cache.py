@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["ParseCache", "default_cache_path"]
+__all__ = ["ParseCache", "ParseCacheError", "default_cache_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,17 +31,27 @@ def _key(parser_key: str, caption: str) -> bytes:
     return hashlib.blake2b(f"{parser_key}\x00{caption}".encode("utf-8"), digest_size=16).digest()
 
 
+class ParseCacheError(ValueError):
+    """A parse cache path that is not a usable SQLite file; the message names it."""
+
+
 class ParseCache:
     """Bracketed trees keyed by (parser cache key, caption text)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS trees (key BLOB PRIMARY KEY, tree TEXT NOT NULL)")
-        self._db.commit()
+        if self.path.is_dir():
+            raise ParseCacheError(f"parse cache {self.path} is a folder; --cache names a file (SQLite)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), timeout=60)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS trees (key BLOB PRIMARY KEY, tree TEXT NOT NULL)")
+            self._db.commit()
+        except (sqlite3.DatabaseError, OSError) as err:
+            raise ParseCacheError(f"parse cache {self.path}: cannot be opened as a SQLite parse cache ({err}); "
+                                  f"point --cache at another file or delete this one") from None
 
     def get_many(self, parser_key: str, captions: list[str]) -> list[str | None]:
         """The cached tree of each caption, ``None`` where there is none."""

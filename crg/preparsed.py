@@ -46,6 +46,19 @@ def match_key(words_or_text: Sequence[str] | str) -> str:
     return "".join(text.replace("``", '"').replace("''", '"').lower().split())
 
 
+def _tree_of_json(path: Path, lineno: int, line: str) -> str:
+    """The ``"tree"`` string of a JSON line, or a one-line error naming the file and line."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno}): {line[:120]}") from None
+    tree = record.get("tree") if isinstance(record, dict) else None
+    if not isinstance(tree, str):
+        raise ValueError(f"{path}:{lineno}: a JSON line needs a \"tree\" string (a bracketed parse), got "
+                         f"{line[:120]}")
+    return tree
+
+
 class PreparsedTrees(ConstituencyParser):
     """A "parser" that looks trees up in a file of pre-parsed trees."""
 
@@ -61,7 +74,7 @@ class PreparsedTrees(ConstituencyParser):
                 line = line.strip()
                 if not line or line.startswith("#"):
                     continue
-                bracketed = json.loads(line)["tree"] if line.startswith("{") else line
+                bracketed = _tree_of_json(self.path, lineno, line) if line.startswith("{") else line
                 try:
                     tree = normalize_ptb_tree(Tree.fromstring(bracketed))
                 except ValueError as err:

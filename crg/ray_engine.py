@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,7 +43,8 @@ from crg.shards import (
     output_path, peak_rss_mb, plan_shards, write_shard_input,
 )
 
-__all__ = ["RayConfig", "ParserSpec", "EngineReport", "RayBuild", "build_crg_ray", "start_local_ray"]
+__all__ = ["RayConfig", "ParserSpec", "EngineReport", "RayBuild", "RayConnectError", "build_crg_ray",
+           "check_address", "start_local_ray"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +158,34 @@ class _ShardWorker:
         return hook
 
 
+class RayConnectError(RuntimeError):
+    """No Ray cluster answers at the given address; the message names it."""
+
+
+def check_address(address: str | None, timeout_s: float = 10.0) -> None:
+    """Fail fast when nothing listens at ``--address HOST:PORT``: ``ray.init`` would retry it for ever.
+
+    ``None`` (a local Ray) and ``auto`` (Ray finds its own cluster) are not probed.
+
+    >>> check_address("127.0.0.1:1", timeout_s=2)
+    Traceback (most recent call last):
+    ...
+    crg.ray_engine.RayConnectError: --address 127.0.0.1:1: no Ray cluster answers there (...)...
+    """
+    if not address or address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RayConnectError(f"--address {address}: expected auto or HOST:PORT (e.g. 10.0.0.5:6379)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise RayConnectError(f"--address {address}: no Ray cluster answers there ({err}); start one with "
+                              f"`ray start --head`, or leave --address out to start a local Ray") from None
+
+
 def _start_ray(config: RayConfig, progress: bool) -> bool:
     """Connect to Ray; ``True`` when this call started it (and so should shut it down)."""
     import ray
@@ -163,6 +193,7 @@ def _start_ray(config: RayConfig, progress: bool) -> bool:
     if ray.is_initialized():
         return False
     if config.address:
+        check_address(config.address)
         ray.init(address=config.address, include_dashboard=False, log_to_driver=progress)
         return True
     start_local_ray(os.cpu_count() or 1, object_store_mb=config.object_store_mb, log_to_driver=progress)

@@ -66,14 +66,24 @@ def ingest(records: Iterable[SourceRecord], writer: FeatureStoreWriter, *, skip_
     """Write every record not yet in ``writer``'s store; returns counts.
 
     A record that fails to decode or validate raises :class:`ConversionError` naming it, unless
-    ``skip_bad``, which logs it and goes on. Ids already in the store, committed or met earlier in this
-    run, are skipped: a resumed run picks up where the last commit left off, and of duplicates the first
-    one wins.
+    ``skip_bad``, which logs it and goes on. Ids already in the store from an earlier run are skipped: a
+    resumed run picks up where the last commit left off. An id the source holds twice is such a broken
+    record (naming both places): which of the two is the image cannot be told.
     """
     stats = IngestStats()
+    first_seen: dict[str, str] = {}  # image id -> where the source first had it, in this run
     for rec in records:
         if progress is not None:
             progress(rec)
+        if rec.image_id in first_seen:
+            msg = f"image id {rec.image_id!r} repeated (first at {first_seen[rec.image_id]})"
+            if not skip_bad:
+                raise ConversionError(f"{rec.where}: {msg}; the source holds two records for one image. Fix the "
+                                      f"source, or pass --skip-bad to keep the first and list the others") from None
+            logger.warning("skipping %s: %s", rec.where, msg)
+            stats.bad.append((rec.where, msg))
+            continue
+        first_seen[rec.image_id] = rec.where
         if rec.image_id in writer:
             stats.skipped_existing += 1
             continue

@@ -408,6 +408,8 @@ class FeatureStore:
         self._ensure_open()
         rows = [self._row_of(i) for i in image_ids]
         keep = self._max_regions if max_regions is None else int(max_regions)
+        if max_regions is not None and (keep < 0 or (keep == 0 and not add_global)):
+            raise ValueError(f"max_regions (--max-regions) must be at least 1, got {max_regions}")
         g = int(bool(add_global))
         B, R, D = len(rows), keep + g, self._feature_dim
         if out is None:

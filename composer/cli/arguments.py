@@ -12,8 +12,20 @@ from composer.training.recipes import RecipeOverrides
 from crg.parse import add_parser_arguments
 from features.catalog import WORLD_SPLITS
 
-__all__ = ["add_data_arguments", "add_plateau_arguments", "add_training_arguments", "configure_logging",
+__all__ = ["positive_int", "add_data_arguments", "add_plateau_arguments", "add_training_arguments", "configure_logging",
            "model_presets", "plateau_overrides", "recipe_overrides", "train_and_print", "trainer_options"]
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (a count of images or regions: 0 or less fails only after the
+    training or the scoring it was meant for, deep inside)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def configure_logging() -> None:
@@ -45,9 +57,10 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--lr", type=float, help="peak learning rate (paper: 4e-5)")
     group.add_argument("--grad-clip", type=float, help="clip the gradient norm (0 = off, the paper's setting)")
     group.add_argument("--batch-size", type=int, help="positive pairs per batch (paper: 64)")
-    group.add_argument("--max-regions", type=int, help="detector regions per image (paper: 100)")
-    group.add_argument("--eval-images", type=int, help="images of the val / test retrieval sets (paper: 1,000)")
-    group.add_argument("--world-images", type=int, help="size of the generated world for --data world")
+    group.add_argument("--max-regions", type=positive_int, help="detector regions per image (paper: 100)")
+    group.add_argument("--eval-images", type=positive_int,
+                       help="images of the val / test retrieval sets (paper: 1,000)")
+    group.add_argument("--world-images", type=positive_int, help="size of the generated world for --data world")
     group.add_argument("--world-split", choices=WORLD_SPLITS,
                        help="--data world: compositional (default: compounds held out of training, tested in-domain, "
                             "systematic and productivity) or random (an i.i.d. 80/10/10 split)")

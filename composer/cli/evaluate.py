@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from composer.cli.arguments import positive_int
 from composer.evaluation.caption_subsets import unseen_in_training
 from composer.evaluation.eval_sets import load_eval_data
 from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
@@ -57,17 +58,22 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
                     help="train | val | test (the dataset's labels for that role) | systematic | productivity (the "
                          "compositional world's further test sets) | all | comma-separated labels (default test; "
                          "'all' for an MCD split file)")
-    ap.add_argument("--eval-images", type=int, default=1000, help="candidate images (default 1000, as the paper)")
-    ap.add_argument("--max-regions", type=int, help="regions per image (default: the run's, from its results.json; "
-                                                    "else 100)")
-    ap.add_argument("--world-images", type=int, help="size of the generated world for --data world (default: the "
-                                                     "run's, from its results.json; else 4000)")
+    ap.add_argument("--eval-images", type=positive_int, default=1000,
+                    help="candidate images (default 1000, as the paper)")
+    ap.add_argument("--max-regions", type=positive_int,
+                    help="regions per image (default: the run's, from its results.json; else 100)")
+    ap.add_argument("--world-images", type=positive_int,
+                    help="size of the generated world for --data world (default: the run's, from its "
+                         "results.json; else 4000)")
     ap.add_argument("--world-split", choices=WORLD_SPLITS, help="--data world: compositional or random (default: "
                                                                 "the run's, from its results.json; else compositional)")
     ap.add_argument("--world-held-out", type=int, nargs=3, metavar=("SEED", "PAIRS", "FACTS"),
                     help="--data world: the held-out compounds' seed, colour-shape pairs and relation facts "
                          "(default: the run's, from its results.json; else 0 8 6)")
     ap.add_argument("--world-dir", help="a generated world's directory, for exact truth when --data is a file of it")
+    ap.add_argument("--allow-other-world", action="store_true",
+                    help="--data world: evaluate on a world of other settings (size, split, held-out compounds) "
+                         "than the model's training world, whose test images may then be its training images")
     ap.add_argument("--parser", choices=PARSERS, help="constituency parser for the CRG (default: the run's, from its "
                                                       "results.json; else the dataset's: the world's gold trees, spacy)")
     ap.add_argument("--parser-model", help="parser model name or path (with --parser)")
@@ -159,6 +165,7 @@ def load(args):
         run = loaded.run_data or {}
         max_regions = args.max_regions or run.get("max_regions") or 100
         world_images = args.world_images or run.get("world_images") or 4000
+        _check_same_world(args, run)
         parser, parser_model = args.parser, args.parser_model
         if parser is None and args.data == run.get("data", args.data):  # the run's own parser on its own data
             parser, parser_model = run.get("parser"), run.get("parser_model")
@@ -182,28 +189,85 @@ def load(args):
     return loaded, data, max_regions, device
 
 
+def _check_same_world(args, run: dict) -> None:
+    """Refuse (unless ``--allow-other-world``) a world of other settings than the model's training world:
+    the world's split depends on its size and held-out compounds, so its test images may be ones the model
+    trained on."""
+    if args.data != "world" or run.get("data") != "world" or args.allow_other_world:
+        return
+    asked = {"--world-images": (args.world_images, run.get("world_images")),
+             "--world-split": (args.world_split, run.get("world_split")),
+             "--world-held-out": (tuple(args.world_held_out) if args.world_held_out else None,
+                                  (run.get("world_held_out_seed", 0), run.get("world_held_out_pairs", 8),
+                                   run.get("world_held_out_facts", 6)))}
+    differ = [f"{flag} {now if not isinstance(now, tuple) else ' '.join(map(str, now))} (trained on "
+              f"{then if not isinstance(then, tuple) else ' '.join(map(str, then))})"
+              for flag, (now, then) in asked.items() if now is not None and then is not None and now != then]
+    if differ:
+        raise SystemExit(f"error: {'; '.join(differ)}: not the world the model was trained on, whose test images "
+                         f"may be its training images here; drop the flag, or pass --allow-other-world")
+
+
+def _world_of(run: dict | None) -> dict | None:
+    """The training world's settings a run recorded (None when it did not train on the world)."""
+    if not run or run.get("data") != "world":
+        return None
+    return {k: run.get(k) for k in ("world_images", "world_split", "world_held_out_seed", "world_held_out_pairs",
+                                    "world_held_out_facts")}
+
+
+def check_outputs(args) -> None:
+    """Refuse, before any scoring, an output the end of the run could not write."""
+    if args.out and Path(args.out).is_dir():
+        raise SystemExit(f"error: --out {args.out} is a folder; --out names the results JSON file")
+    if args.out and Path(args.out).parent.exists() and not Path(args.out).parent.is_dir():
+        raise SystemExit(f"error: --out {args.out}: {Path(args.out).parent} is a file, not a folder")
+    if args.save_scores and Path(args.save_scores).exists() and not Path(args.save_scores).is_dir():
+        raise SystemExit(f"error: --save-scores {args.save_scores} is a file; --save-scores names a folder "
+                         f"(scores.npy and order.json are written into it)")
+
+
+def read_first_stage(path: str, shape: tuple[int, int]) -> np.ndarray:
+    """``--first-stage-scores``: a finite (captions, images) matrix, or a one-line error naming the file."""
+    try:
+        first = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"error: --first-stage-scores {path}: not a readable .npy array ({err})") from None
+    if first.shape != shape:
+        raise SystemExit(f"error: --first-stage-scores {path}: shape {first.shape}, but this evaluation has "
+                         f"{shape[0]} captions x {shape[1]} images (write the rows and columns in the order "
+                         f"--save-scores' order.json lists)")
+    if not np.issubdtype(first.dtype, np.number):
+        raise SystemExit(f"error: --first-stage-scores {path}: dtype {first.dtype}, not numbers")
+    bad = ~np.isfinite(first)
+    if bad.any():
+        rows = np.flatnonzero(bad.any(axis=1))
+        raise SystemExit(f"error: --first-stage-scores {path}: {int(bad.sum())} NaN or infinite score(s) in "
+                         f"{rows.size} row(s), first row {int(rows[0])} (column {int(np.flatnonzero(bad[rows[0]])[0])})"
+                         f"; a ranking with them is undefined")
+    return first
+
+
 def main(argv=None) -> int:
     ap = build_argparser()
     args = ap.parse_args(argv)
     if args.save_scores and args.no_sentences:
         ap.error("--save-scores writes the sentence scores: drop --no-sentences")
+    check_outputs(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loaded, data, max_regions, device = load(args)
     model, tokenizer = loaded.model, loaded.tokenizer
     trained_on = (loaded.run_data or {}).get("data")
     results: dict = {
         "model": loaded.kind, "checkpoint": str(loaded.path), "epoch": loaded.epoch, "global_step": loaded.global_step,
-        "trained_on": trained_on, "evaluated_on": args.data, "split": args.split,
+        "trained_on": trained_on, "trained_world": _world_of(loaded.run_data), "evaluated_on": args.data,
+        "split": args.split,
         "num_images": len(data.image_ids), "num_captions": len(data.captions), "max_regions": max_regions,
         "git": git_sha(), "device": device}
     programs = [ConceptProgram.from_graph(data.graph, c) for c in data.captions]
     first = None
     if args.first_stage_scores:  # read before the long scoring, so that a wrong file fails at once
-        first = np.load(args.first_stage_scores, allow_pickle=False)
-        if first.shape != (len(programs), len(data.image_ids)):
-            raise SystemExit(f"--first-stage-scores {args.first_stage_scores}: shape {first.shape}, but this "
-                             f"evaluation has {len(programs)} captions x {len(data.image_ids)} images (write the "
-                             f"rows and columns in the order --save-scores' order.json lists)")
+        first = read_first_stage(args.first_stage_scores, (len(programs), len(data.image_ids)))
 
     if not args.no_sentences:
         res = score_matrix(model, data.regions, data.geometry, data.region_mask, programs, tokenizer,

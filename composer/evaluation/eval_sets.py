@@ -40,6 +40,8 @@ def select_eval_images(graph, max_images: int) -> EvalImages:
     >>> ev.image_ids, ev.captions, ev.caption_image.tolist()
     (['b', 'a'], [0, 1, 2], [0, 0, 1])
     """
+    if max_images < 1:
+        raise ValueError(f"eval_images (--eval-images) must be at least 1, got {max_images}")
     order: list[str] = []
     seen: set[str] = set()
     for i in graph.caption_image:
@@ -155,6 +157,12 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
     batch = store.read_batch(ev.image_ids, max_regions, add_global=True)
     world = Path(world_dir) if world_dir is not None else spec.world_dir
     truth = exact_truth(world)
+    if truth is not None:
+        missing = [i for i in ev.image_ids if not truth.has_image(i)]
+        if missing:  # before any scoring: the truth of another world would fail, or lie, at its end
+            raise ValueError(f"{'--world-dir ' if world_dir is not None else ''}{world}: {len(missing)} of the "
+                             f"{len(ev.image_ids)} evaluation images are not scenes of this world (first: "
+                             f"{missing[0]!r}); give the world the captions and features come from")
     log.info("%s/%s: %d images, %d captions; exact truth: %s", spec.name, split, len(ev.image_ids),
              len(ev.captions), world is not None)
     return EvalData(name=spec.name, split=split, graph=graph, image_ids=list(ev.image_ids), captions=list(ev.captions),

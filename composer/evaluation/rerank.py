@@ -173,6 +173,10 @@ def shortlist_and_rerank(cross_model, regions: torch.Tensor, geometry: torch.Ten
     n_img = regions.shape[0]
     if first.shape != (len(programs), n_img):
         raise ValueError(f"first-stage scores {first.shape} should be (captions, images) = {(len(programs), n_img)}")
+    if not np.isfinite(first).all():  # a NaN ranks nowhere: the caption would be a silent miss
+        bad = ~np.isfinite(first)
+        raise ValueError(f"first-stage scores: {int(bad.sum())} NaN or infinite value(s), first in row "
+                         f"{int(np.flatnonzero(bad.any(axis=1))[0])}")
     first_seconds = time.perf_counter() - started
     shortlist = shortlist_top_k(first, k)                                   # (Q, k)
     started = time.perf_counter()

@@ -25,10 +25,20 @@ from pathlib import Path
 from typing import Callable
 
 from crg.build import build_crg
-from crg.corpus import CORPUS_FORMATS, CorpusFormatError, read_corpus
+from crg.corpus import CORPUS_FORMATS, CorpusFormatError, parse_splits, read_corpus
 from crg.outputs import OutputDirError, prepare_output_dir, write_json_atomic
 from crg.parse import add_parser_arguments, make_parser
 from crg.parse_cache import ParseCache, default_cache_path
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
@@ -39,6 +49,9 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
     src.add_argument("--captions", help="caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
     if named_datasets:
         src.add_argument("--data", help="a named dataset: world (generated offline), f30k, coco")
+        ap.add_argument("--world-images", type=_at_least_one, default=4000,
+                        help="--data world: images of the world (default 4000)")
+        ap.add_argument("--world-seed", type=int, default=0, help="--data world: the world's seed (default 0)")
     ap.add_argument("--format", choices=CORPUS_FORMATS, default=None, help="corpus format (default: detect)")
     ap.add_argument("--split", default=None,
                     help="comma-separated splits to use, e.g. train or val,test (default: all images)")
@@ -94,13 +107,17 @@ def format_caption_tree(graph, caption: int) -> str:
 
 def _build_with_ray(args, corpus, parser_key: str):
     try:
-        from crg.ray_engine import ParserSpec, RayConfig, build_crg_ray
+        from crg.ray_engine import ParserSpec, RayConfig, RayConnectError, build_crg_ray, check_address
         import ray  # noqa: F401  (only to fail here, with the fix, when the extra is missing)
     except ImportError as err:
         raise SystemExit(f"error: --engine ray needs Ray ({err}); install it with pip install -e \".[distributed]\"")
     try:
         config = RayConfig(address=args.address, workers=args.workers, shards=args.shards)
     except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    try:
+        check_address(config.address)  # again: the cluster may have gone since main() looked
+    except RayConnectError as err:
         raise SystemExit(f"error: {err}") from None
     out = Path(args.out)
     build = build_crg_ray(corpus, ParserSpec(args.parser, args.parser_model), out / "shards", config=config,
@@ -113,14 +130,18 @@ def _build_with_ray(args, corpus, parser_key: str):
 
 
 def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
-    """Run the command. ``resolve_dataset(name, progress=...)`` turns ``--data NAME`` into a spec with
-    ``.captions`` and ``.parser_for(parser, parser_model)``: the dataset catalog, which lives in a layer above
-    ``crg`` and is passed in by the console program (``gc-build-crg``); without it there is no ``--data``."""
+    """Run the command. ``resolve_dataset(name, progress=...)`` (and, for the world, ``world_images=`` and
+    ``world_seed=``) turns ``--data NAME`` into a spec with ``.captions`` and ``.parser_for(parser, parser_model)``:
+    the dataset catalog, which lives in a layer above ``crg`` and is passed in by the console program
+    (``gc-build-crg``); without it there is no ``--data``."""
     args = build_argparser(named_datasets=resolve_dataset is not None).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     if getattr(args, "data", None):
-        spec = resolve_dataset(args.data, progress=not args.quiet)
+        if args.data != "world" and (args.world_images, args.world_seed) != (4000, 0):
+            raise SystemExit("error: --world-images and --world-seed are options of --data world")
+        spec = resolve_dataset(args.data, progress=not args.quiet, **(
+            {"world_images": args.world_images, "world_seed": args.world_seed} if args.data == "world" else {}))
         args.captions = str(spec.captions)
         try:
             args.parser, args.parser_model = spec.parser_for(args.parser, args.parser_model)
@@ -140,7 +161,7 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
         raise SystemExit(f"error: {err}") from None
     if args.split:
         try:
-            corpus = corpus.select([s.strip() for s in args.split.split(",") if s.strip()])
+            corpus = corpus.select(parse_splits(args.split))  # aliases too: trainval, all
         except ValueError as err:
             raise SystemExit(f"error: {err}") from None
     if corpus.num_captions == 0:
@@ -151,12 +172,28 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
                 "dump": args.dump}
     if args.engine == "ray":
         settings["engine"] = "ray"  # only then: folders of the single engine resume as before
+    if args.engine == "ray" and args.address:
+        from crg.ray_engine import RayConnectError, check_address
+
+        try:  # before run.json: ray.init would retry an address where nothing listens for ever
+            check_address(args.address)
+        except RayConnectError as err:
+            raise SystemExit(f"error: {err}") from None
+    try:  # the parser's files and the cache before run.json is written: a bad one fails a rerun-free way
+        parser = make_parser(args.parser, args.parser_model)
+        if not args.no_cache:
+            ParseCache(args.cache or default_cache_path()).close()
+    except (ValueError, FileNotFoundError) as err:
+        raise SystemExit(f"error: {err}") from None
     try:
+        writes = ["graph.npz", "graph_strings.json.gz", "stats.json"] + (["captions.jsonl"] if args.dump else []) \
+            + (["shards"] if args.engine == "ray" else [])
         prepare_output_dir(args.out, command="build_crg", settings=settings,
-                           mode="resume" if args.resume else "overwrite" if args.overwrite else "new", owned=OWNED)
+                           mode="resume" if args.resume else "overwrite" if args.overwrite else "new", owned=OWNED,
+                           writes=writes, inputs={"--captions": args.captions, "--scan-ids": args.scan_ids,
+                                                  "--cache": None if args.no_cache else args.cache})
     except OutputDirError as err:
         raise SystemExit(f"error: {err}") from None
-    parser = make_parser(args.parser, args.parser_model)
     out = Path(args.out)
     engine = None
     if args.engine == "ray":
@@ -175,8 +212,6 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
         finally:
             if cache is not None:
                 cache.close()
-    if not args.dump:
-        (out / "captions.jsonl").unlink(missing_ok=True)  # a dump of an earlier build would describe another graph
     if graph.num_captions == 0:
         raise SystemExit(f"error: every caption of {args.captions} was skipped ({report.as_dict()}); no graph written")
     graph.save(out)

@@ -278,7 +278,11 @@ def main(argv=None) -> int:
     try:
         out = prepare_output_dir(args.out, command="gc-hard-negatives", settings=settings,
                                  mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
-                                 owned=OWNED)
+                                 owned=OWNED, inputs={
+                                     "--captions": args.captions, "--lm-captions": args.lm_captions,
+                                     "--heldout-captions": args.heldout_captions,
+                                     **{f"--refine-lm {v}": v.rsplit(":", 1)[0] for v in args.refine_lm},
+                                     **{f"--extra-heldout-lm {v}": v.rsplit(":", 1)[0] for v in args.extra_heldout_lm}})
     except OutputDirError as err:
         raise SystemExit(f"error: {err}") from None
 

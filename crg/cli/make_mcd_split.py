@@ -39,7 +39,7 @@ import sys
 from typing import Callable
 
 from crg.compounds import COMPOUND_DEFINITIONS, TEMPLATE
-from crg.corpus import CORPUS_FORMATS
+from crg.corpus import CORPUS_FORMATS, parse_splits
 from crg.mcd import AUTO_ATOM_BOUND, DIRECTIONS, AnnealConfig, MCDConfig, RefineConfig, parse_target_cds
 from crg.mcd_output import GraphOptions, MCDCorpora, write_mcd_split
 from crg.outputs import OutputDirError, prepare_output_dir
@@ -123,7 +123,9 @@ def _atom_bound(text: str) -> float | str | None:
 
 
 def _splits(text: str | None) -> list[str] | None:
-    return None if not text else [s.strip() for s in text.split(",") if s.strip()]
+    """A ``--train-split`` / ``--candidate-splits`` value, aliases (``trainval``, ``all``) expanded."""
+    names = parse_splits(text)
+    return None if names is None else list(names)
 
 
 def main(argv: list[str] | None = None, *, resolve_dataset: Callable | None = None) -> int:
@@ -164,7 +166,9 @@ def main(argv: list[str] | None = None, *, resolve_dataset: Callable | None = No
     settings = {k: v for k, v in sorted(vars(args).items()) if k not in ("quiet", "overwrite", "workers")}
     try:
         prepare_output_dir(args.out, command="make_mcd_split", settings=settings, can_resume=False,
-                           mode="overwrite" if args.overwrite else "new", owned=OWNED)
+                           mode="overwrite" if args.overwrite else "new", owned=OWNED,
+                           inputs={"--train": args.train, "--candidates": args.candidates, "--cache": args.cache,
+                                   "--graph-cache": args.graph_cache})
         split = write_mcd_split(corpora, args.out, config, target_spec=targets if isinstance(targets, str) else None,
                                 graphs=graphs, compounds=args.compounds)
     except (OutputDirError, ValueError) as err:

@@ -422,7 +422,11 @@ def build_argparser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    world = WorldConfig(**{f.name: getattr(args, f.name) for f in fields(WorldConfig) if f.type in ("int", "float")})
+    try:
+        world = WorldConfig(**{f.name: getattr(args, f.name) for f in fields(WorldConfig)
+                               if f.type in ("int", "float")})
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     held_out = {"seed": args.held_out_seed, "num_attribute_compounds": args.held_out_pairs,
                 "num_relation_compounds": args.held_out_facts}
     compositional = None

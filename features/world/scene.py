@@ -65,6 +65,10 @@ class WorldConfig:
         for name in ("shapes", "colors", "sizes", "materials"):
             if len(set(getattr(self, name))) < 2:
                 raise ValueError(f"{name} needs at least two distinct values, got {getattr(self, name)}")
+        if self.feature_dim < 1:
+            raise ValueError(f"feature_dim (--feature-dim) must be at least 1, got {self.feature_dim}")
+        if not 0 <= self.noise < float("inf"):  # also refuses NaN
+            raise ValueError(f"noise (--noise) must be a finite number >= 0, got {self.noise}")
         if not 0 <= self.confusion < 1 or not 0 <= self.stack_probability < 1:
             raise ValueError(f"confusion and stack_probability must lie in [0, 1), got "
                              f"{self.confusion}, {self.stack_probability}")
