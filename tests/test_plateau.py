@@ -159,6 +159,18 @@ def test_early_stopping_fires_after_patience_validations_without_a_gain(tiny_wor
 
     assert load_model(out / "model").global_step == best_step  # and so does its saved model, for gc-evaluate
 
+    # train() let go of the folder when it returned: another process may write there (a study trains many
+    # runs in one process, each in its own folder)
+    import fcntl
+    import subprocess
+    import sys
+
+    take = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)")
+    lock = out.parent / f".{out.name}.lock"
+    assert lock.exists() and fcntl  # the lock train() held lies beside the folder
+    assert subprocess.run([sys.executable, "-c", take, str(lock)], capture_output=True).returncode == 0
+
     # resuming a run its patience stopped trains no further
     again = train(recipe, _options(test=False, resume=True), out)
     assert again["global_step"] == results["global_step"] and read_curve(out)[0] == curve

@@ -22,7 +22,7 @@ from composer.models.common.config import plain_config
 from composer.provenance import git_sha
 from composer.training.data import CompositionDataModule
 from composer.training.recipes import TrainingRecipe, build_module
-from crg.outputs import prepare_output_dir, write_json_atomic
+from crg.outputs import prepare_output_dir, release_output_dir, write_json_atomic
 
 if TYPE_CHECKING:
     from composer.training.plateau import PlateauConfig
@@ -403,12 +403,15 @@ def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path,
     if is_first_process():  # under DDP the other processes find the folder prepared
         prepare_output_dir(out, command=f"train {recipe.model}", settings=run_settings(recipe, options), mode=mode,
                            owned=OWNED)
-    logger.info("git %s; recipe %s; trainer %s", git_sha(), recipe, options)
-    run = prepare_run(recipe, max_steps=options.max_steps, fit_schedule=fit_schedule)
-    results = {"model": recipe.model,
-               "config": run_config(run.recipe, run.model_config, training_precision(options))}
-    results = fit_and_report(run, options, out, results=results, val_every=run.recipe.val_every,
-                             callbacks=callbacks)
-    if on_trained is not None:
-        on_trained(run)
-    return results
+    try:
+        logger.info("git %s; recipe %s; trainer %s", git_sha(), recipe, options)
+        run = prepare_run(recipe, max_steps=options.max_steps, fit_schedule=fit_schedule)
+        results = {"model": recipe.model,
+                   "config": run_config(run.recipe, run.model_config, training_precision(options))}
+        results = fit_and_report(run, options, out, results=results, val_every=run.recipe.val_every,
+                                 callbacks=callbacks)
+        if on_trained is not None:
+            on_trained(run)
+        return results
+    finally:  # the folder is free for the next writer once this run is done (a study trains many in one process)
+        release_output_dir(out)
