@@ -10,7 +10,7 @@ near ln 4 (the four candidates scored alike) before they learn to match; whether
 the cpu profile's budget decides whether the study measures the model or its luck. Every schedule here
 sees the same number of positives (batch x steps), so a difference is the gradient noise's, not the data's.
 
-Each (schedule, seed) is the study's run (:func:`composer.study.runner.train_and_evaluate`) with the cpu
+Each (schedule, seed) is the study's run (:func:`composer.study.execute.train_and_evaluate`) with the cpu
 profile's COMPOSER schedule (warm-up over the first 20 %, /10 after 75 %) at that batch and length, the
 given learning rate and init std, scored on the first ``eval_images`` val images only. The curve is the
 training match accuracy (positive scored above its three negatives; chance 0.25) averaged over twelfths of
@@ -60,7 +60,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from composer.study.config import get_profile, study_runs
-    from composer.study.runner import EvalSets, StudyOptions, train_and_evaluate, write_json_atomic
+    from composer.study.data import EvalSets
+    from composer.study.execute import StudyOptions, train_and_evaluate
+    from crg.outputs import write_json_atomic
 
     study = Path(args.study_dir)
     data_file = study / "data" / "study_data.json"

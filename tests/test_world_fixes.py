@@ -260,7 +260,7 @@ def test_a_world_may_hold_out_relation_compounds_only(tmp_path):
 
 def test_the_study_profile_passes_its_held_out_settings_to_every_run():
     from composer.study.config import get_profile, study_runs
-    from composer.study.runner import run_recipe
+    from composer.study.execute import run_recipe
 
     profile = get_profile("smoke", world_held_out_seed=4321, world_held_out_pairs=5, world_held_out_facts=2)
     for run in study_runs(profile)[:3]:

@@ -9,23 +9,12 @@ import logging
 from composer.models import registry
 from composer.training.fit import TrainerOptions
 from composer.training.recipes import RecipeOverrides
+from crg.cli.arguments import positive_int
 from crg.parse import add_parser_arguments
 from features.catalog import WORLD_SPLITS
 
-__all__ = ["positive_int", "add_data_arguments", "add_plateau_arguments", "add_training_arguments", "configure_logging",
+__all__ = ["add_data_arguments", "add_plateau_arguments", "add_training_arguments", "configure_logging",
            "model_presets", "plateau_overrides", "recipe_overrides", "train_and_print", "trainer_options"]
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1 (a count of images or regions: 0 or less fails only after the
-    training or the scoring it was meant for, deep inside)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def configure_logging() -> None:

@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from composer.cli.arguments import positive_int
 from composer.evaluation.caption_subsets import unseen_in_training
 from composer.evaluation.eval_sets import load_eval_data
 from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
@@ -37,6 +36,7 @@ from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling
 from composer.models.composer.program import ConceptProgram
 from composer.provenance import git_sha
 from composer.models.common.retrieval import score_matrix
+from crg.cli.arguments import positive_int
 from crg.outputs import write_bytes_atomic, write_text_atomic
 from crg.parse import PARSERS
 from features.catalog import WORLD_SPLITS
@@ -48,9 +48,9 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
     """The checkpoint and data options shared with experiments/interpret.py."""
     ap.add_argument("--checkpoint", "--model", dest="checkpoint", required=True,
                     help="any trained model of the library: a saved model directory (config.json + "
-                         "model.safetensors, e.g. RUN/model), a run directory (its model/: the weights the run reports, "
-                         "its best validation's when it trained to the plateau; else its checkpoints), or a "
-                         "Lightning .ckpt file")
+                         "model.safetensors, e.g. RUN/model), a run directory (its model/: the weights the run "
+                         "reports, its best validation's when it trained to the plateau; else its checkpoints), or "
+                         "a Lightning .ckpt file")
     ap.add_argument("--data", default="world", help="world | f30k | coco | a caption file (e.g. an MCD eval.jsonl)")
     ap.add_argument("--captions", help="caption corpus (overrides the dataset's)")
     ap.add_argument("--features", help="feature store .h5 (required for f30k / coco / files outside the world)")

@@ -79,7 +79,8 @@ def main(argv=None) -> int:
     if args.data != "world":
         raise SystemExit("error: the study supports --data world only: its hard negatives and exact phrase truth "
                          "need the generated world's scene graphs")
-    from composer.study.runner import StudyOptions, run_study
+    from composer.study.execute import StudyOptions
+    from composer.study.runner import run_study
 
     profile = get_profile(args.profile)
     jobs = profile.jobs if args.jobs is None else args.jobs

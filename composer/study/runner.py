@@ -16,17 +16,13 @@ import time
 from pathlib import Path
 
 from composer.study.config import StudyProfile, StudyRun
-from composer.study.data import EvalSets, check_study_dir, prepare_data
-from composer.study.execute import StudyOptions, run_recipe, run_tasks, train_and_evaluate
+from composer.study.data import check_study_dir, prepare_data
+from composer.study.execute import StudyOptions, run_tasks
 from composer.study.report import write_report
 from composer.study.search import SEARCH_DIR, finish_search, read_chosen, search_points, search_tasks, \
     with_chosen_recipe
-from crg.outputs import write_json_atomic
 
-# EvalSets, run_recipe, train_and_evaluate and write_json_atomic: where benchmarks/study_plateau.py and
-# tests/test_world_fixes.py import them from
-__all__ = ["EvalSets", "StudyOptions", "run_recipe", "run_study", "study_tasks", "train_and_evaluate",
-           "write_json_atomic"]
+__all__ = ["run_study", "study_tasks"]
 
 logger = logging.getLogger(__name__)
 

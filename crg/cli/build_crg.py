@@ -25,20 +25,11 @@ from pathlib import Path
 from typing import Callable
 
 from crg.build import build_crg
+from crg.cli.arguments import positive_int
 from crg.corpus import CORPUS_FORMATS, CorpusFormatError, parse_splits, read_corpus
 from crg.outputs import OutputDirError, prepare_output_dir, write_json_atomic
 from crg.parse import add_parser_arguments, make_parser
 from crg.parse_cache import ParseCache, default_cache_path
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
@@ -49,7 +40,7 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
     src.add_argument("--captions", help="caption corpus (JSONL, Karpathy JSON, TSV, SCAN caps)")
     if named_datasets:
         src.add_argument("--data", help="a named dataset: world (generated offline), f30k, coco")
-        ap.add_argument("--world-images", type=_at_least_one, default=4000,
+        ap.add_argument("--world-images", type=positive_int, default=4000,
                         help="--data world: images of the world (default 4000)")
         ap.add_argument("--world-seed", type=int, default=0, help="--data world: the world's seed (default 0)")
     ap.add_argument("--format", choices=CORPUS_FORMATS, default=None, help="corpus format (default: detect)")
