@@ -176,6 +176,23 @@ def test_early_stopping_fires_after_patience_validations_without_a_gain(tiny_wor
     assert again["global_step"] == results["global_step"] and read_curve(out)[0] == curve
 
 
+def test_patience_does_not_stop_a_run_before_its_minimum_positives(tiny_world, tmp_path, scripted_val):
+    """A flat start (the slow start of a model that sits at chance first) exhausts the patience at the
+    third validation; with a minimum of 8 validations' positives the run trains on and then stops."""
+    every = 5
+    values = [10, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9]
+    scripted_val(lambda step: values[min(step // every - 1, len(values) - 1)])
+    plain = train(_recipe(tiny_world, val_every_positives=every * BATCH, patience=2, max_positives=10_000),
+                  _options(), tmp_path / "plain")
+    assert plain["plateau"]["stopped"] == "patience" and plain["global_step"] == 3 * every
+    held = train(_recipe(tiny_world, val_every_positives=every * BATCH, patience=2, max_positives=10_000,
+                         min_positives=8 * every * BATCH), _options(), tmp_path / "held")
+    assert held["plateau"]["stopped"] == "patience" and held["global_step"] == 8 * every
+    assert held["plateau"]["min_positives"] == 8 * every * BATCH
+    with pytest.raises(ValueError, match="exceeds max_positives"):
+        PlateauConfig(min_positives=10, max_positives=5)
+
+
 # ---------------------------------------------------------------------------- the budget and resume
 def test_the_budget_sets_the_steps_and_a_killed_run_continues_the_same_curve(tiny_world, tmp_path, scripted_val):
     scripted_val(lambda step: float(step % 7))       # any fixed function of the step: equal runs, equal curves

@@ -96,11 +96,15 @@ def add_plateau_arguments(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--max-positives", type=int, metavar="N",
                    help="train on at most N positive pairs (replaces --epochs / the CLIP schedule's length as the "
                         "end of training; the same budget for every model)")
+    g.add_argument("--min-positives", type=int, metavar="N",
+                   help="never stop for --patience before N positive pairs (a model that starts slowly, such as "
+                        "COMPOSER from random weights, is not stopped on its first flat stretch)")
 
 
 def plateau_overrides(args) -> dict:
     """The plateau options as :class:`RecipeOverrides` fields (none when the command has no such options)."""
-    return {k: getattr(args, k, None) for k in ("val_every_positives", "patience", "min_delta", "max_positives")}
+    return {k: getattr(args, k, None) for k in ("val_every_positives", "patience", "min_delta", "max_positives",
+                                              "min_positives")}
 
 
 def recipe_overrides(args, **model_specific) -> RecipeOverrides:

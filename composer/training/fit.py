@@ -276,6 +276,7 @@ class _PlateauControl:
         self.positives_per_step = self.batch_size
         self.val_steps: int | None = None
         self.budget_steps: int | None = None
+        self.min_steps: int | None = None
         self._set_steps(1)
         self.recorder = CurveRecorder(self.batch_size, out, extra={"model": run.recipe.model,
                                                                   "plateau": asdict(plateau)})
@@ -295,6 +296,7 @@ class _PlateauControl:
         p = self.plateau
         self.val_steps = p.steps(p.val_every_positives, self.positives_per_step) if p.val_every_positives else None
         self.budget_steps = p.steps(p.max_positives, self.positives_per_step) if p.max_positives else None
+        self.min_steps = p.steps(p.min_positives, self.positives_per_step) if p.min_positives else None
 
     def trainer_cadence(self) -> dict:
         """Lightning's validation settings: every ``val_steps`` steps across epochs, else every ``val_every``
@@ -311,6 +313,8 @@ class _PlateauControl:
         if self.budget_steps is not None:
             cap = self.cap_steps if self.cap_steps > 0 else self.budget_steps
             trainer.fit_loop.epoch_loop.max_steps = min(cap, self.budget_steps)
+        if self.min_steps is not None:  # patience may not stop the run before its minimum
+            trainer.fit_loop.epoch_loop.min_steps = self.min_steps
 
     def validates_after(self, trainer: L.Trainer) -> bool:
         """Whether a validation follows the step just done (the cadence, or the last step)."""
@@ -375,7 +379,7 @@ def run_settings(recipe: TrainingRecipe, options: TrainerOptions) -> dict:
                            "mvsa_concepts": recipe.mvsa_concepts},
                 "precision": training_precision(options)}
     if recipe.plateau.enabled:
-        settings["recipe"]["plateau"] = asdict(recipe.plateau)
+        settings["recipe"]["plateau"] = recipe.plateau.settings()
     return settings
 
 

@@ -60,15 +60,19 @@ class PlateauConfig:
         max_positives: train on at most this many positive pairs (``ceil(max_positives / (batch x
             processes))`` steps); it replaces the recipe's number of epochs (or the CLIP family's schedule
             length) as the end of training. The learning-rate schedule keeps its shape in epochs (steps).
+        min_positives: never stop for patience before this many positive pairs (Lightning's ``min_steps``):
+            a model that sits at chance before it starts to match (COMPOSER from random weights, issue 17)
+            would otherwise be stopped on its first flat stretch; None: no minimum.
     """
 
     val_every_positives: int | None = None
     patience: int | None = None
     min_delta: float = 0.0
     max_positives: int | None = None
+    min_positives: int | None = None
 
     def __post_init__(self):
-        for name in ("val_every_positives", "max_positives"):
+        for name in ("val_every_positives", "max_positives", "min_positives"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1 (or None: off), got {v}")
@@ -76,6 +80,8 @@ class PlateauConfig:
             raise ValueError(f"patience must be >= 0 (0 or None: no early stopping), got {self.patience}")
         if self.min_delta < 0:
             raise ValueError(f"min_delta must be >= 0, got {self.min_delta}")
+        if self.min_positives and self.max_positives and self.min_positives > self.max_positives:
+            raise ValueError(f"min_positives ({self.min_positives}) exceeds max_positives ({self.max_positives})")
 
     @property
     def enabled(self) -> bool:
@@ -88,8 +94,14 @@ class PlateauConfig:
         return max(1, math.ceil(positives / positives_per_step))
 
     def settings(self) -> dict | None:
-        """What ``run.json`` records (None when off, so that runs from before it existed still resume)."""
-        return asdict(self) if self.enabled else None
+        """What ``run.json`` records (None when off, so that runs from before it existed still resume; the
+        minimum only when set, so that plateau runs from before it existed do too)."""
+        if not self.enabled:
+            return None
+        out = asdict(self)
+        if out["min_positives"] is None:
+            del out["min_positives"]
+        return out
 
 
 class CurveRecorder(L.Callback):

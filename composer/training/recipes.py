@@ -48,8 +48,8 @@ class RecipeOverrides:
         val_every: epochs between validations.
         mvsa_concepts: phrases per positive caption for the flat model's MVSA.
         il_preset, il: the CLIP family's :class:`ILConfig` preset and field overrides.
-        val_every_positives, patience, min_delta, max_positives: :class:`PlateauConfig` fields (training to
-            the plateau; all off by default).
+        val_every_positives, patience, min_delta, max_positives, min_positives: :class:`PlateauConfig`
+            fields (training to the plateau; all off by default).
     """
 
     preset: str | None = None
@@ -85,6 +85,7 @@ class RecipeOverrides:
     patience: int | None = None
     min_delta: float | None = None
     max_positives: int | None = None
+    min_positives: int | None = None
 
 
 @dataclass
@@ -177,7 +178,8 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                           val_every=pick("val_every", 1),
                           plateau=PlateauConfig(val_every_positives=pick("val_every_positives"),
                                                 patience=pick("patience"), min_delta=pick("min_delta", 0.0),
-                                                max_positives=pick("max_positives")))
+                                                max_positives=pick("max_positives"),
+                                                min_positives=pick("min_positives")))
 
 
 def build_module(recipe: TrainingRecipe, model_cfg, *, load_pretrained: bool = True):
