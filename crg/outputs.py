@@ -154,14 +154,18 @@ def _plain(value: Any) -> Any:
 
 
 def settings_diff(before: Mapping, now: Mapping, prefix: str = "") -> list[str]:
-    """``key: old there, new now`` for every (nested) setting that differs.
+    """``key: old there, new now`` for every (nested) setting that differs. A setting absent on one side and
+    None on the other is the same: a setting added later whose None means "as before" (``val_images``)
+    does not stop an older run from resuming.
 
-    >>> settings_diff({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 4})
+    >>> settings_diff({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 4, "e": None})
     ['b.c: 2 there, 3 now', 'd: absent there, 4 now']
     """
     out = []
     for key in sorted(set(before) | set(now)):
         a, b = before.get(key, "absent"), now.get(key, "absent")
+        if a in ("absent", None) and b in ("absent", None):
+            continue
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             out += settings_diff(a, b, f"{prefix}{key}.")
         elif a != b:

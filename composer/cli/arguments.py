@@ -49,6 +49,9 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--max-regions", type=positive_int, help="detector regions per image (paper: 100)")
     group.add_argument("--eval-images", type=positive_int,
                        help="images of the val / test retrieval sets (paper: 1,000)")
+    group.add_argument("--val-images", type=positive_int,
+                       help="images of the validation set scored during training (default: --eval-images); a "
+                            "smaller one makes frequent validation (--val-every-positives) affordable")
     group.add_argument("--world-images", type=positive_int, help="size of the generated world for --data world")
     group.add_argument("--world-split", choices=WORLD_SPLITS,
                        help="--data world: compositional (default: compounds held out of training, tested in-domain, "
@@ -112,6 +115,7 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
     return RecipeOverrides(
         preset=args.preset, text_model=args.text_model, lr=args.lr, epochs=args.epochs, grad_clip=args.grad_clip,
         batch_size=args.batch_size, max_regions=args.max_regions, eval_images=args.eval_images,
+        val_images=args.val_images,
         world_images=args.world_images, world_split=args.world_split,
         world_held_out_seed=args.world_held_out_seed, world_held_out_pairs=args.world_held_out_pairs,
         world_held_out_facts=args.world_held_out_facts, captions=args.captions, features=args.features,

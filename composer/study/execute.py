@@ -30,7 +30,7 @@ from composer.study.data import PRUNE_SEED, EvalSets
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["RESULT", "StudyOptions", "read_train_curve", "run_dir", "run_recipe", "run_tasks", "study_schedule",
+__all__ = ["RESULT", "StudyOptions", "read_train_curve", "run_dir", "run_recipe", "ray_resources", "run_tasks", "study_schedule",
            "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecip
                    "prune_probability": run.prune, "prune_seed": PRUNE_SEED, "parser": run.parser}
     if profile.max_regions is not None:
         sizes["max_regions"] = profile.max_regions
+    if profile.plateau is not None:  # validation cadence, patience and the one budget of positives
+        sizes.update(profile.plateau.recipe_overrides())
     if run.model in profile.presets:
         sizes["preset"] = profile.presets[run.model]
     if registry.get(run.model).step_schedule is None:
@@ -123,18 +125,34 @@ def _cycle(loader):
 
 # ---------------------------------------------------------------------------- one run
 def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: EvalSets, out: Path,
-                       options: StudyOptions) -> dict:
-    """Train one run for one seed with ``train()`` into ``out`` (a half-trained folder is overwritten) and
-    evaluate its saved model; returns the study's result (written by the caller)."""
+                       options: StudyOptions, callbacks=()) -> dict:
+    """Train one run for one seed with ``train()`` into ``out`` and evaluate its saved model; returns the
+    study's result (written by the caller). A folder a kill left half-trained is resumed from its last
+    checkpoint (runs to the plateau are long), or overwritten when that cannot be done (a fixed-budget
+    run, other settings, a checkpoint cut short). ``callbacks`` go to the trainer (the search's reporter)."""
     from composer.training.fit import TrainerOptions, train
 
     trained = {}
-    trainer_options = TrainerOptions(
-        accelerator=options.accelerator, devices=1, precision=options.precision, test=False, progress=False,
-        val_every=10 ** 9,  # no validation while training: a fixed budget, scored after (the search: on val)
-        mode="overwrite", log_every_n_steps=profile.log_every_n_steps, log_every_seconds=10 ** 9)
-    fit = train(run_recipe(run, seed, profile), trainer_options, out, fit_schedule=study_schedule(run, profile),
-                on_trained=lambda prepared: trained.update(run=prepared))
+    recipe, schedule = run_recipe(run, seed, profile), study_schedule(run, profile)
+
+    def fit_in(mode: str) -> dict:
+        trainer_options = TrainerOptions(
+            accelerator=options.accelerator, devices=1, precision=options.precision, test=False, progress=False,
+            # a fixed budget: no validation while training, scored after (the search: on val); to the plateau:
+            # validation at the profile's cadence of positives
+            val_every=10 ** 9, mode=mode, resume=mode == "resume", log_every_n_steps=profile.log_every_n_steps,
+            log_every_seconds=60 if profile.plateau else 10 ** 9)
+        return train(recipe, trainer_options, out, callbacks, fit_schedule=schedule,
+                     on_trained=lambda prepared: trained.update(run=prepared))
+
+    if profile.plateau is not None and (out / "checkpoints" / "last.ckpt").exists():
+        try:
+            fit = fit_in("resume")
+        except Exception as err:  # noqa: BLE001 -- other settings, or a checkpoint a kill cut short
+            logger.warning("%s seed %d: cannot resume %s (%s): training from the start", run.name, seed, out, err)
+            fit = fit_in("overwrite")
+    else:
+        fit = fit_in("overwrite")
     prepared = trained["run"]
     module, dm, recipe = prepared.module, prepared.datamodule, prepared.recipe
     # the study's evaluations score the saved model, as gc-evaluate would load it
@@ -154,6 +172,8 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     started = time.perf_counter()
     result.update(evaluate_saved(run, profile, sets, module, dm, model, tok, result))
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
+    if "plateau" in fit:  # where the reported weights come from, why training stopped, the learning curve
+        result.update(plateau=fit["plateau"], curve=fit["curve"])
     logs = sorted((out / "logs").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
     result["train_curve"] = read_train_curve(logs[-1]) if logs else {}
     result["train_curve"]["seed"] = seed
@@ -181,7 +201,7 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
 
     if "val" in evals:  # the recipe search's criterion
         result["val"] = timed("val", lambda: flat_report(module.evaluate_retrieval(
-            dm.retrieval_set("val", profile.eval_images))))
+            dm.retrieval_set("val", dm.cfg.val_images or profile.eval_images))))  # the plateau's monitor set
     if "test" in evals:  # in-domain test and, on the compositional world, the systematic (productivity) set
         for role in ("test", *(r for r in dm.eval_roles() if r != "productivity" or "productivity" in evals)):
             result[role] = timed(role, lambda: flat_report(module.evaluate_retrieval(
@@ -223,7 +243,7 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
 
 
 def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path, options: StudyOptions,
-            threads: int | None = None) -> str:
+            threads: int | None = None, callbacks=()) -> str:
     """Train, evaluate and record one (run, seed) in its folder; returns a log line. A run that raises (a
     non-finite loss, say) leaves its traceback in ``error.txt`` and no result: the study goes on, the
     report lists it as failed and a rerun tries it again."""
@@ -234,7 +254,8 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
     directory = run_dir(out, run, seed)
     (directory / "error.txt").unlink(missing_ok=True)
     try:
-        result = train_and_evaluate(run, seed, profile, EvalSets.shared(profile, data), directory, options)
+        result = train_and_evaluate(run, seed, profile, EvalSets.shared(profile, data), directory, options,
+                                    callbacks)
     except Exception:  # one broken run must not stop the study: record it and go on
         write_text_atomic(directory / "error.txt", traceback.format_exc())
         logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / "error.txt")
@@ -251,6 +272,23 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
 
 
 # ---------------------------------------------------------------------------- the map over runs
+def ray_resources(options: StudyOptions) -> tuple[int, int]:
+    """Start Ray here (or join ``options.address``) unless it runs; returns the CPUs and GPUs of one run:
+    ``jobs`` runs at a time over all of Ray's CPUs, none larger than the smallest machine, a GPU per run
+    where there is one."""
+    import ray
+
+    if not ray.is_initialized():
+        env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
+        env["RAY_CHDIR_TO_TRIAL_DIR"] = "0"  # Tune's trials keep the study's working directory (relative paths)
+        ray.init(address=options.address, num_cpus=None if options.address else os.cpu_count(),
+                 runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=True)
+    node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
+    cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
+    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    return cpus, gpus
+
+
 def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,
               options: StudyOptions) -> None:
     """Train and evaluate every (run, seed) without a ``study_result.json``; the finished ones are skipped.
@@ -272,14 +310,7 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
         return
     import ray
 
-    if not ray.is_initialized():
-        env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
-        ray.init(address=options.address, num_cpus=None if options.address else os.cpu_count(),
-                 runtime_env={"env_vars": env} if env else None, include_dashboard=False)
-    # ``jobs`` runs at a time over all of Ray's CPUs, none larger than the smallest machine
-    node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
-    cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0  # a GPU per run where there is one
+    cpus, gpus = ray_resources(options)
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(execute)
     pending = {}
     for k, (run, seed) in enumerate(todo, 1):

@@ -13,7 +13,7 @@ import torch
 
 from composer.models.common.config import plain_config
 from composer.provenance import git_sha, hardware_description
-from composer.study.config import StudyProfile, StudyRun
+from composer.study.config import MODELS, StudyProfile, StudyRun
 from composer.study.execute import RESULT
 from composer.study.search import read_chosen
 from crg.outputs import write_json_atomic, write_text_atomic
@@ -57,6 +57,7 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
                  wall_seconds: float) -> dict:
     """``results.json``, the tables and the plots from whatever runs have finished."""
     from composer.study.plots import loss_curves, plot_il_loss, plot_probe, plot_r1_vs_cd, probe_curves
+    from composer.study.convergence import CURVES_PLOT, plot_main_curves, render_plateau_table
     from composer.study.tables import FIGURE4_ROWS, Row, mcd_compounds, render_all
 
     found, missing, failed = collect(out, profile, runs, seeds)
@@ -92,6 +93,10 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
             + "".join(f"\nFailed: {k}: {v}\n" for k, v in failed.items()) + "\n")
     search_table = out / TABLES_DIR / "search.md"  # written by the recipe search, when there was one
     extra = [search_table.read_text()] if search_table.exists() else []
+    plateau_table = render_plateau_table(found)  # a plateau profile: how each run ended
+    if plateau_table:
+        write_text_atomic(out / TABLES_DIR / "plateau.md", plateau_table)
+        extra.insert(0, plateau_table)
     write_text_atomic(out / "tables.md", head + "\n".join([*tables.values(), *extra]))
     plots = out / PLOTS_DIR
     plots.mkdir(parents=True, exist_ok=True)
@@ -99,4 +104,6 @@ def write_report(out: Path, profile: StudyProfile, runs: list[StudyRun], seeds: 
     plot_il_loss(loss_curves(results, "il_clip"), plots / PLOT_FILES[1])
     plot_probe(probe_curves(results, [Row("IL-CLIP", "il_clip"), Row("Codebook-CLIP", "codebook_clip"),
                                       Row("CLIP", "clip")]), plots / PLOT_FILES[2])
+    if plateau_table:
+        plot_main_curves(found, [m for m in MODELS if m in found], plots / CURVES_PLOT)
     return results

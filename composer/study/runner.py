@@ -4,8 +4,8 @@ report from whatever has finished (:mod:`composer.study.report`).
 
 ``gc-study`` (composer/cli/study.py, ``experiments/run_study.py``) parses its arguments and calls
 :func:`run_study`. Each run writes its ``study_result.json`` atomically when it is done; a rerun skips finished
-runs and trains the others from their beginning (a folder left half-trained by a kill is overwritten), so a
-killed study resumes where it stopped (seeds and runs may grow between invocations; other profile settings
+runs and trains the others (a folder left half-trained by a kill is resumed from its last checkpoint under a
+plateau profile, else trained from its beginning), so a killed study resumes where it stopped (seeds and runs may grow between invocations; other profile settings
 may not).
 """
 
@@ -51,7 +51,11 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
     study_data = prepare_data(profile, out)
     if search or search_only:
         points = search_points(runs, profile)
-        if not report_only:
+        if not report_only and profile.plateau is not None and profile.plateau.asha_grace_positives is not None:
+            from composer.study.asha import run_asha_search  # at the plateau budget, ASHA ends the weak ones
+
+            run_asha_search(points, profile, study_data, out / SEARCH_DIR, options)
+        elif not report_only:
             run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)
         chosen = finish_search(out, points, runs, seeds, profile)
         if search_only:

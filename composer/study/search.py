@@ -39,9 +39,9 @@ from composer.study.config import StudyProfile, StudyRun
 from composer.study.execute import RESULT, run_dir
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides",
-           "finish_search", "init_is_searched", "named_lr", "read_chosen", "render_search_table", "search_grid",
-           "search_points", "search_tasks", "with_chosen_recipe"]
+__all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides",
+           "finish_search", "init_is_searched", "named_lr", "read_asha_status", "read_chosen", "render_search_table",
+           "search_grid", "search_points", "search_tasks", "search_value", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +139,10 @@ def chosen_overrides(chosen: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchPoint], chosen: Mapping[str, dict],
-                        chance: float | None = None) -> str:
-    """The search as Markdown: one line per model, one column per configuration, the chosen one in bold."""
+                        chance: float | None = None, stopped: Mapping[str, int | None] | None = None) -> str:
+    """The search as Markdown: one line per model, one column per configuration, the chosen one in bold
+    (a configuration ASHA stopped: its best val R@1 and where it was stopped)."""
+    stopped = stopped or {}
     lines = ["### Recipe search: validation sentence R@1 of each configuration (seed 0)", ""]
     by_model: dict[str, list[SearchPoint]] = {}
     for p in points:
@@ -152,6 +154,8 @@ def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchP
         for p in pts:
             r1 = val_r1.get(p.name)
             text = f"{p.setting}: " + ("failed" if r1 is None else f"{r1:.1f}")
+            if stopped.get(p.name):
+                text += f" (stopped at {stopped[p.name] / 1000:.0f}K)"
             cells.append(f"**{text}**" if chosen.get(model, {}).get("run") == p.name else text)
         cells += [""] * (GRID_SIZE - len(cells))
         pick = chosen.get(model)
@@ -160,7 +164,9 @@ def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchP
     lines += ["", "Each model: the same number of runs at the profile's steps and batch; lr = learning rate, init = "
               "the std of every randomly initialised weight (BERT-style models; the CLIP family uses CLIP's "
               "width-scaled init, and no random weight of a VSE with a pretrained text side reads it: six learning "
-              "rates instead). Scored on the val split only." + (f" Chance R@1: {chance:.1f}." if chance else "")]
+              "rates instead). Scored on the val split only." + (f" Chance R@1: {chance:.1f}." if chance else "")
+              + (" Stopped at N: ASHA ended the configuration after N positive pairs; its best validation "
+                 "is shown." if any(stopped.values()) else "")]
     return "\n".join(lines) + "\n"
 
 
@@ -184,14 +190,11 @@ def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int
     Refuses when a study run has already finished in ``out`` with the named recipes: a study is trained
     from one recipe per model, not a mix.
     """
-    val_r1, chance = {}, None
+    val_r1, chance, stopped = {}, None, {}
     for p in points:
-        path = out / SEARCH_DIR / "runs" / p.name / "seed0" / RESULT
-        if path.exists():
-            val = json.loads(path.read_text())["val"]
-            val_r1[p.name], chance = val["R@1"], val.get("chance_R@1")
-        else:
-            val_r1[p.name] = None
+        val_r1[p.name], point_chance = search_value(out / SEARCH_DIR, p)
+        chance = chance or point_chance
+        stopped[p.name] = read_asha_status(out / SEARCH_DIR).get(p.name, {}).get("stopped_at_positives")
     chosen = choose_recipes(val_r1, points)
     path = out / SEARCH_DIR / "chosen.json"
     if not path.exists() or json.loads(path.read_text())["chosen"] != chosen:
@@ -200,12 +203,38 @@ def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int
             raise SystemExit(f"error: {out} holds study runs trained before this recipe search ({finished[:3]} ...); "
                              f"search in a new --out, or delete {out / 'runs'}")
     write_json_atomic(path, {"chosen": chosen, "val_R@1": val_r1, "profile": profile.name})
-    write_text_atomic(out / "tables" / "search.md", render_search_table(val_r1, points, chosen, chance))
+    write_text_atomic(out / "tables" / "search.md", render_search_table(val_r1, points, chosen, chance, stopped))
     missing = sorted({p.model for p in points} - set(chosen))
     if missing:
         raise SystemExit(f"error: the recipe search has no finished run for {missing}; rerun to retry")
     logger.info("recipe search: %s", {m: c["run"] for m, c in chosen.items()})
     return chosen
+
+
+ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (composer/study/asha.py)
+
+
+def read_asha_status(search_dir: Path) -> dict:
+    """``{point: {"model", "finished", "stopped_at_positives", "error"}}`` of an ASHA search ({} without one)."""
+    path = Path(search_dir) / ASHA_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def search_value(search_dir: Path, point: SearchPoint) -> tuple[float | None, float | None]:
+    """The point's val R@1 (its best validation under a plateau, as the study reports it) and chance R@1:
+    from its result when it finished, else from the curve of a trial ASHA stopped; (None, None) when it
+    has neither (failed, or not run yet)."""
+    directory = run_dir(search_dir, search_tasks([point])[0][0], SEARCH_SEED)
+    if (directory / RESULT).exists():
+        val = json.loads((directory / RESULT).read_text())["val"]
+        return val["R@1"], val.get("chance_R@1")
+    if read_asha_status(search_dir).get(point.name, {}).get("stopped_at_positives") is not None:
+        from composer.training.curve import read_curve
+
+        best = read_curve(directory)[0].best() if (directory / "curve.json").exists() else None
+        if best is not None:
+            return best.metrics["R@1"], best.metrics.get("chance_R@1")
+    return None, None
 
 
 def read_chosen(out: Path) -> dict | None:

@@ -57,6 +57,8 @@ class DataConfig:
         hard_negative_pool: the nearest captions a hard negative is drawn from (ViLBERT: 100).
         max_regions: detector regions kept per image (plus the global region).
         eval_images: images scored in validation/test retrieval (the paper's 1,000 images x 5 captions).
+        val_images: images of the validation set scored *during training* (the plateau's monitor); None =
+            ``eval_images``. A smaller one makes frequent validation affordable for the cross-encoders.
         parser, parser_model: the constituency parser for the CRG (``--parser``); ``None``: the dataset's
             (:meth:`features.catalog.DatasetSpec.parser_for`: the world's gold trees, spaCy for real captions).
         world_images: size of the generated world for ``data=world``.
@@ -79,6 +81,7 @@ class DataConfig:
     hard_negative_pool: int = 100
     max_regions: int = 100
     eval_images: int = 1000
+    val_images: int | None = None
     num_workers: int = 0
     seed: int = 0
     parser: str | None = None
@@ -436,7 +439,7 @@ class CompositionDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         """One batch: the validation split's :meth:`retrieval_set`."""
-        return _one_batch(self.retrieval_set("val"))
+        return _one_batch(self.retrieval_set("val", self.cfg.val_images))
 
     def test_dataloader(self) -> DataLoader:
         """One batch: the test split's :meth:`retrieval_set`."""

@@ -35,7 +35,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from composer.training.curve import CurvePoint, LearningCurve, flat_metrics
 
 __all__ = ["MONITOR", "CurveRecorder", "PatienceStopping", "PlateauConfig", "StepCheckpoint", "ValidateAtEnd",
-           "stop_reason"]
+           "ValidationReporter", "stop_reason"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +153,20 @@ class CurveRecorder(L.Callback):
         self.best_report = state_dict.get("best_report")
         self._loss_sum = float(state_dict.get("loss_sum", 0.0))
         self._loss_count = int(state_dict.get("loss_count", 0))
+
+
+class ValidationReporter(L.Callback):
+    """Calls ``report({"val_R@1": ..., "positives": ...})`` after every validation during fitting: how a
+    hyperparameter search (Ray Tune's ASHA, :mod:`composer.study.asha`) follows a run without Lightning."""
+
+    def __init__(self, report: Callable[[dict], None]):
+        self.report = report
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING or MONITOR not in trainer.callback_metrics:
+            return
+        positives = int(trainer.global_step) * int(trainer.datamodule.cfg.batch_size) * int(trainer.world_size)
+        self.report({"val_R@1": float(trainer.callback_metrics[MONITOR]), "positives": positives})
 
 
 class ValidateAtEnd(L.Callback):

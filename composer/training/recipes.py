@@ -41,7 +41,7 @@ class RecipeOverrides:
         model: model-config overrides, nested dicts for sub-configs (``{"modulator": "mlp"}``,
             ``{"loss": {"mvsa": "nll"}}``); checked against the model's config dataclass.
         lr, epochs, grad_clip, use_mvsa, use_order: :class:`OptimConfig` fields.
-        batch_size, max_regions, eval_images, world_images, world_split, world_held_out_seed,
+        batch_size, max_regions, eval_images, val_images, world_images, world_split, world_held_out_seed,
             world_held_out_pairs, world_held_out_facts, captions, features, num_workers, seed, prune_probability,
             prune_seed, parser, parser_model, hard_negative_captions:
             :class:`DataConfig` fields.
@@ -63,6 +63,7 @@ class RecipeOverrides:
     batch_size: int | None = None
     max_regions: int | None = None
     eval_images: int | None = None
+    val_images: int | None = None
     world_images: int | None = None
     world_split: str | None = None
     world_held_out_seed: int | None = None
@@ -150,7 +151,8 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
         spec.make_config(preset, model_overrides)
     data = DataConfig(data=dataset, captions=o.captions, features=o.features, seed=o.seed,
                       batch_size=pick("batch_size", 64), max_regions=pick("max_regions", 100),
-                      eval_images=pick("eval_images", 1000), num_workers=o.num_workers,
+                      eval_images=pick("eval_images", 1000), val_images=pick("val_images"),
+                      num_workers=o.num_workers,
                       world_images=pick("world_images", 4000), world_split=pick("world_split", "compositional"),
                       world_held_out_seed=pick("world_held_out_seed", 0),
                       world_held_out_pairs=pick("world_held_out_pairs", 8),

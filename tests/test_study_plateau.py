@@ -1,0 +1,139 @@
+"""The study trained to the plateau (issue 31 item 5): one budget of positives for every model, every run
+validated at one cadence and stopped by its patience or the budget, a killed run resumed from its last
+checkpoint, and the recipe search at that budget under Ray Tune's ASHA.
+
+Everything runs on the smoke profile's 80-image world with ``tiny`` models, turned into a plateau profile
+(:func:`plateau_smoke`): a budget of 40 positives (10 steps at batch 4), validation every 8 positives."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import replace
+
+import pytest
+
+from composer.study.config import PROFILES, Schedule, StudyPlateau, get_profile, study_runs
+from kill_switch import KillAt
+
+BUDGET, EVERY, BATCH = 40, 8, 4
+
+
+def plateau_smoke(**plateau) -> object:
+    """The smoke profile with every schedule spanning BUDGET positives at batch BATCH."""
+    steps = math.ceil(BUDGET / BATCH)
+    return replace(
+        PROFILES["smoke"], name="smoke_plateau",
+        schedules={"composer": Schedule(steps=steps, batch_size=BATCH, lr=1e-3),
+                   "vse": Schedule(steps=steps, batch_size=BATCH, lr=1e-3)},
+        il={"t_warm": 2, "t_distill": 1, "t_interact": 2, "generations": 2, "t_extend": 2, "lr_warmup_steps": 1},
+        clip_batch_size=BATCH,
+        plateau=StudyPlateau(**{"max_positives": BUDGET, "val_every_positives": EVERY, "patience": 3, **plateau}))
+
+
+def test_a_plateau_profile_refuses_schedules_that_do_not_span_its_budget():
+    good = plateau_smoke()
+    assert good.plateau.recipe_overrides()["max_positives"] == BUDGET
+    with pytest.raises(ValueError, match="must span max_positives"):
+        replace(good, schedules={**good.schedules, "vse": Schedule(steps=3, batch_size=BATCH)})
+    with pytest.raises(ValueError, match="must span max_positives"):
+        replace(good, clip_batch_size=None)  # the CLIP family's batch must be explicit
+    with pytest.raises(ValueError, match="must span max_positives"):
+        replace(good, il={**good.il, "t_extend": 5})
+    with pytest.raises(ValueError, match="asha_grace_positives"):
+        StudyPlateau(max_positives=100, val_every_positives=10, patience=2, asha_grace_positives=100)
+    converge = get_profile("converge")
+    assert converge.plateau is not None and converge.seeds == (0, 1, 2)
+    assert {r.name for r in study_runs(converge)} >= {"composer", "vse", "flat", "clip", "codebook_clip", "il_clip"}
+
+
+@pytest.fixture(scope="module")
+def world_env(tmp_path_factory):
+    """The smoke profile's generated world under its own data and cache directories."""
+    root = tmp_path_factory.mktemp("plateau_study")
+    env = {"GC_DATA_DIR": str(root / "data"), "GC_CACHE_DIR": str(root / "cache")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield root
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_every_run_trains_to_its_plateau_and_a_killed_run_resumes_its_curve(world_env):
+    from composer.study.data import prepare_data
+    from composer.study.execute import RESULT, StudyOptions, execute, run_dir
+    from composer.study.runner import run_study
+
+    profile = plateau_smoke()
+    out = world_env / "study"
+    runs = study_runs(profile, ["composer", "vse", "il_clip"])
+    results = run_study(out, profile, seeds=[0], runs=runs, options=StudyOptions(accelerator="cpu"))
+    assert results["study"]["complete"]
+    for name in ("composer", "vse", "il_clip"):
+        r = results["runs"][name]["seeds"]["0"]
+        plateau, curve = r["plateau"], r["curve"]
+        assert plateau["max_positives"] == BUDGET and plateau["positives_per_step"] == BATCH
+        assert plateau["stopped"] in ("patience", "max_positives")
+        assert r["steps"] <= math.ceil(BUDGET / BATCH) and plateau["positives"] == r["steps"] * BATCH
+        # validations every 2 steps (8 positives) and after the last step
+        assert [p["step"] for p in curve][:-1] == list(range(2, r["steps"], 2))[:len(curve) - 1]
+        assert curve[-1]["step"] == r["steps"]
+        best = max(curve, key=lambda p: p["metrics"]["R@1"])
+        assert plateau["best"]["val"]["R@1"] == best["metrics"]["R@1"]
+        if "val" in r:  # scored after training on the saved model: the best validation's weights
+            assert r["val"]["R@1"] == best["metrics"]["R@1"]
+    # the figure of every main model's curve
+    assert (out / "plots" / "learning_curves.png").stat().st_size > 10_000
+    assert "Training to the plateau" in (out / "tables.md").read_text()
+
+    # a run killed after step 5 resumes from its checkpoint of step 4 and ends as an unbroken run does
+    data = prepare_data(profile, out)
+    vse = study_runs(profile, ["vse"])[0]
+    killed = world_env / "killed"
+    options = StudyOptions(accelerator="cpu")
+    assert "failed" in execute(vse, 0, profile, data, killed, options, callbacks=[KillAt(5)])
+    folder = run_dir(killed, vse, 0)
+    assert (folder / "checkpoints" / "last.ckpt").exists() and not (folder / RESULT).exists()
+    execute(vse, 0, profile, data, killed, options)
+    resumed = json.loads((folder / RESULT).read_text())
+    whole = results["runs"]["vse"]["seeds"]["0"]
+    assert sorted(p.name for p in (folder / "logs").iterdir()) == ["version_0", "version_1"]  # resumed, not redone
+    assert [p["step"] for p in resumed["curve"]] == [p["step"] for p in whole["curve"]]
+    assert resumed["steps"] == whole["steps"] and resumed["plateau"]["stopped"] == whole["plateau"]["stopped"]
+
+
+def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
+    import ray
+
+    from composer.study.execute import StudyOptions
+    from composer.study.runner import run_study
+    from composer.study.search import read_asha_status, search_grid, search_value
+
+    profile = plateau_smoke(asha_grace_positives=EVERY, asha_reduction=2)
+    out = world_env / "asha"
+    ray.init(num_cpus=2, include_dashboard=False)  # after world_env: the workers inherit its data directories
+    try:
+        chosen = run_study(out, profile, seeds=[0], runs=study_runs(profile, ["vse"]), search_only=True,
+                           search=True, options=StudyOptions(accelerator="cpu", jobs=2))["search"]
+    finally:
+        ray.shutdown()
+    status = read_asha_status(out / "search")
+    points = search_grid("vse", profile.presets.get("vse"))
+    assert set(status) == {p.name for p in points}
+    values = {}
+    for p in points:
+        s = status[p.name]
+        assert s["error"] is None
+        if s["finished"]:
+            assert s["stopped_at_positives"] is None
+        else:  # ASHA ended it at a rung: the grace period or a reduction-fold multiple of it, below the budget
+            assert s["stopped_at_positives"] in (EVERY, 2 * EVERY, 4 * EVERY)
+        values[p.name] = search_value(out / "search", p)[0]
+        assert values[p.name] is not None
+    assert chosen["vse"]["run"] == max(values, key=lambda n: (values[n], -list(values).index(n)))
+    table = (out / "tables" / "search.md").read_text()
+    assert all(p.setting in table for p in points)
