@@ -11,7 +11,6 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from composer.cli.config_file import add_config_arguments
 from composer.models import registry
 from crg.cli.arguments import positive_int
 from crg.parse import add_parser_arguments
