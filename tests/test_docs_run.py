@@ -297,9 +297,15 @@ def executed_block(marker: str) -> Block:
 COMMAND_BLOCKS = [b for b in blocks() if b.lang in COMMAND_LANGS and commands(b)]
 
 
-def test_the_docs_have_code_blocks_of_each_kind():
+#: blocks that are shown, not run: program output, JSON results, diagrams (unmarked blocks without commands)
+SHOWN_LANGS = {"text", "json"}
+
+
+def test_every_block_is_of_a_kind_this_test_runs_or_shows():
     kinds = {b.lang for b in blocks()}
     assert {"python", "bash"} <= kinds and len(COMMAND_BLOCKS) > 30
+    unknown = {b.id: b.lang for b in blocks() if b.lang not in COMMAND_LANGS | SHOWN_LANGS | {"python"}}
+    assert not unknown, f"code blocks of a kind tests/test_docs_run.py neither runs nor shows: {unknown}"
 
 
 @pytest.mark.parametrize("block", COMMAND_BLOCKS, ids=lambda b: b.id)

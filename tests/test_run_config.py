@@ -146,3 +146,41 @@ def test_the_file_maps_onto_the_recipe_dataclasses():
     types = {f.name: f.type for f in fields(RunConfig)}
     assert types["recipe"] in (RecipeOverrides, "RecipeOverrides") and types["trainer"] in (TrainerOptions,
                                                                                             "TrainerOptions")
+
+
+NOT_CONFIGURATION = {"help", "config", "print_config", "out", "resume", "overwrite", "model"}  # the folder, the file
+
+
+@pytest.mark.parametrize("command", [train_composer, train_baseline], ids=["composer", "baseline"])
+def test_every_flag_overrides_a_field_of_the_configuration(command):
+    """A flag without a path would be silently ignored beside --config; a path must name a real field."""
+    from dataclasses import fields
+
+    from composer.training.fit import TrainerOptions
+    from composer.training.recipes import RecipeOverrides
+
+    dests = {a.dest for a in command.build_argparser()._actions} - NOT_CONFIGURATION
+    assert dests <= set(command.PATHS), sorted(dests - set(command.PATHS))
+    known = {"recipe": {f.name for f in fields(RecipeOverrides)}, "trainer": {f.name for f in fields(TrainerOptions)}}
+    for dest, paths in command.PATHS.items():
+        for path in paths:
+            head, *rest = path.split(".")
+            assert head in {f.name for f in fields(RunConfig)}, (dest, path)
+            if head in known:
+                assert rest and rest[0] in known[head], (dest, path)  # recipe.model.* is the model's config
+
+
+def test_every_study_flag_overrides_a_field_of_its_configuration():
+    from dataclasses import fields
+
+    from composer.cli import study
+    from composer.cli.study_config import PATHS, StudyConfig
+    from composer.study.execute import StudyOptions
+
+    dests = {a.dest for a in study.build_argparser()._actions} - {"help", "config", "print_config", "out",
+                                                                   "report_only", "verbose"}
+    assert dests <= set(PATHS), sorted(dests - set(PATHS))
+    top, options = {f.name for f in fields(StudyConfig)}, {f.name for f in fields(StudyOptions)}
+    for path in (p for ps in PATHS.values() for p in ps):
+        head, *rest = path.split(".")
+        assert head in top and (head != "options" or rest[0] in options), path
