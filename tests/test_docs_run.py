@@ -151,6 +151,17 @@ def _expand(text: str, assigned: dict[str, str]) -> str:
     return text
 
 
+def _unbracket(token: str) -> str:
+    """``[--flag`` / ``VALUE]]`` (the docs' optional parts, given here) without their brackets; ``.[test]``
+    and code (a token with a space: ``python -c "..."``) unchanged."""
+    if " " in token:
+        return token
+    token = token.lstrip("[")
+    while token.endswith("]") and token.count("]") > token.count("["):
+        token = token[:-1]
+    return token
+
+
 def pipeline_parts(command: Command, assigned: dict[str, str]) -> list[list[str]]:
     """The simple commands of a line (``&&``, ``;`` and ``|`` split), each as its argv variants: a token
     ``a|b|c`` (the docs' "one of") gives one variant per alternative; ``[--flag]`` is given."""
@@ -161,8 +172,7 @@ def pipeline_parts(command: Command, assigned: dict[str, str]) -> list[list[str]
         tokens = [t for t in tokens if t not in ("2>&1",)]
         if ">" in tokens:  # a redirection: the command is what comes before it
             tokens = tokens[:tokens.index(">")]
-        # "[--flag VALUE]": optional, given here (a token with a space is code: python -c "...")
-        tokens = [t.strip("[]") if " " not in t and (t.startswith("[") or t.endswith("]")) else t for t in tokens]
+        tokens = [_unbracket(t) for t in tokens]
         tokens = [t for t in tokens if t]
         choices = [t.split("|") if "|" in t and " " not in t and not t.startswith("-") else [t] for t in tokens]
         parts.append([list(v) for v in itertools.product(*choices)])
@@ -228,7 +238,11 @@ def program(argv: list[str]):
     assert head in ("python", "python3"), f"unclassified command {head!r}: add it to EXTERNAL or check it here"
     if argv[1] == "-m":
         module = argv[2]
-        if module in ("pip", "pytest"):
+        if module == "pytest":  # the test files it names exist
+            missing = [t for t in argv[3:] if t.startswith("tests") and not (ROOT / t.split("::")[0]).exists()]
+            assert not missing, f"python -m pytest: no such test file {missing}"
+            return None
+        if module == "pip":
             return None
         assert module.split(".")[0] in ("crg", "composer", "features"), f"python -m {module}: not this library's"
 
