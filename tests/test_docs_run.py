@@ -13,6 +13,7 @@ cannot go stale unnoticed.
   Every such program also answers ``--help``. The lines in :data:`EXECUTED` run for real on tiny inputs, and
   their output is compared with the one the doc shows. Lines of other programs (pip, ray, unzip, ...;
   :data:`EXTERNAL`) are not run; any line that is neither fails here, so a new kind of line gets classified.
+  The usage examples in the programs' own docstrings (what their ``--help`` prints) are parse-checked too.
 
 Training, evaluation, the study and the benchmarks are parse-checked only (minutes to hours each); the
 training commands' ``--config`` round trip is run by tests/test_run_config.py.
@@ -322,10 +323,11 @@ def test_every_block_is_of_a_kind_this_test_runs_or_shows():
     assert not unknown, f"code blocks of a kind tests/test_docs_run.py neither runs nor shows: {unknown}"
 
 
-@pytest.mark.parametrize("block", COMMAND_BLOCKS, ids=lambda b: b.id)
-def test_every_command_line_names_a_real_program_and_flags_its_parser_accepts(block):
+def check_commands(block: Block) -> int:
+    """Parse-check every command line of ``block`` (and ``--help`` once per program); the number checked."""
     assigned: dict[str, str] = {}
     helped: set[str] = set()
+    checked = 0
     for command in commands(block):
         m = re.fullmatch(r"([A-Z_]+)=(.*)", command.text, re.S)
         if m:  # COMMON="--data world ..." : used by the next lines
@@ -336,6 +338,8 @@ def test_every_command_line_names_a_real_program_and_flags_its_parser_accepts(bl
                 if argv[0] == "pip" and len(argv) > 1:
                     for extra in re.findall(r"\.\[([\w,-]+)\]", " ".join(argv)):
                         assert set(extra.split(",")) <= extras(), f"{block.id}: pip extra [{extra}] not in setup.py"
+                if "..." in argv:  # "gc-evaluate ... --rerank-k 50": the other arguments elided
+                    continue
                 found = program(argv)
                 if found is None:
                     continue
@@ -347,6 +351,23 @@ def test_every_command_line_names_a_real_program_and_flags_its_parser_accepts(bl
                     help_check(name, run)
                     helped.add(name)
                 parse_check(f"{block.id} (line {command.line}): {name}", run, args)
+                checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("block", COMMAND_BLOCKS, ids=lambda b: b.id)
+def test_every_command_line_names_a_real_program_and_flags_its_parser_accepts(block):
+    check_commands(block)
+
+
+#: the programs' own docstrings: their --help shows these examples
+HELP_SOURCES = sorted([*(ROOT / "composer" / "cli").glob("*.py"), *(ROOT / "crg" / "cli").glob("*.py")])
+
+
+@pytest.mark.parametrize("source", HELP_SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_examples_in_each_program_s_help_parse(source):
+    doc = ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) or ""
+    check_commands(Block(source, 1, "", doc))
 
 
 def _bash(command: str, cwd: Path) -> subprocess.CompletedProcess:
