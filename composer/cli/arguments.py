@@ -1,20 +1,43 @@
-"""Argument groups the training commands share, and their conversion to typed configs."""
+"""Argument groups the training commands share, and their conversion to typed configs.
+
+Importing this module (building a command's parser) imports no torch or Lightning: ``--help`` answers at
+once. The configs are built, and the library imported, after the flags are parsed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+from typing import TYPE_CHECKING
 
 from composer.models import registry
-from composer.training.fit import TrainerOptions
-from composer.training.recipes import RecipeOverrides
 from crg.cli.arguments import positive_int
 from crg.parse import add_parser_arguments
 from features.catalog import WORLD_SPLITS
 
-__all__ = ["add_data_arguments", "add_plateau_arguments", "add_training_arguments", "configure_logging",
-           "model_presets", "plateau_overrides", "recipe_overrides", "train_and_print", "trainer_options"]
+if TYPE_CHECKING:
+    from composer.training.fit import TrainerOptions
+    from composer.training.recipes import RecipeOverrides, TrainingRecipe
+
+__all__ = ["SHARED_PATHS", "add_data_arguments", "add_plateau_arguments", "add_training_arguments",
+           "configure_logging", "model_presets", "plateau_overrides", "recipe_overrides", "train_and_print",
+           "trainer_options"]
+
+_RECIPE_FLAGS = ("preset", "text_model", "captions", "features", "parser", "parser_model", "epochs", "lr",
+                 "grad_clip", "batch_size", "max_regions", "eval_images", "world_images", "world_split",
+                 "world_held_out_seed", "world_held_out_pairs", "world_held_out_facts", "hard_negative_captions",
+                 "num_workers", "seed", "val_every_positives", "patience", "min_delta", "max_positives",
+                 "min_positives")
+_TRAINER_FLAGS = ("max_steps", "accelerator", "devices", "num_nodes", "precision", "ckpt_every_n_steps",
+                  "deterministic")
+#: the shared flags (argparse destinations) -> the fields of a run's configuration file they set
+#: (:class:`composer.cli.run_config.RunConfig`): a flag given beside ``--config`` overrides those fields
+SHARED_PATHS: dict[str, tuple[str, ...]] = {
+    "data": ("data",), **{k: (f"recipe.{k}",) for k in _RECIPE_FLAGS},
+    **{k: (f"trainer.{k}",) for k in _TRAINER_FLAGS},
+    "val_every": ("recipe.val_every", "trainer.val_every"), "no_test": ("trainer.test",),
+    "quiet": ("trainer.progress",)}
 
 
 def configure_logging() -> None:
@@ -32,7 +55,8 @@ def add_data_arguments(ap: argparse.ArgumentParser, *, text_model_help: str) -> 
                                                     "generated offline dataset)")
     ap.add_argument("--captions", help="caption corpus (overrides the dataset's)")
     ap.add_argument("--features", help="feature store .h5 (required for f30k / coco)")
-    ap.add_argument("--out", required=True, help="run directory (logs, checkpoints, results.json)")
+    ap.add_argument("--out", help="run directory (logs, checkpoints, results.json, config.yaml); required "
+                                  "unless --print-config")
     ap.add_argument("--preset", choices=model_presets(), help="model size preset (default: the named configuration's)")
     ap.add_argument("--text-model", help=text_model_help)
     add_parser_arguments(ap, default=None, default_help="the dataset's: the world's gold trees, spacy for f30k / "
@@ -112,6 +136,8 @@ def plateau_overrides(args) -> dict:
 
 def recipe_overrides(args, **model_specific) -> RecipeOverrides:
     """The shared options as :class:`RecipeOverrides`; ``model_specific`` adds the command's own fields."""
+    from composer.training.recipes import RecipeOverrides
+
     return RecipeOverrides(
         preset=args.preset, text_model=args.text_model, lr=args.lr, epochs=args.epochs, grad_clip=args.grad_clip,
         batch_size=args.batch_size, max_regions=args.max_regions, eval_images=args.eval_images,
@@ -125,6 +151,8 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
 
 
 def trainer_options(args) -> TrainerOptions:
+    from composer.training.fit import TrainerOptions
+
     if args.resume and args.overwrite:
         raise SystemExit("error: --resume continues the run in --out, --overwrite replaces it: give one of them")
     return TrainerOptions(mode="overwrite" if args.overwrite else "new", max_steps=args.max_steps,
@@ -135,14 +163,14 @@ def trainer_options(args) -> TrainerOptions:
                           val_every=args.val_every)
 
 
-def train_and_print(recipe, args) -> int:
-    """Train ``recipe`` into ``--out`` with the command line's trainer options; print the test sets' and val's
-    reports, then the test sets side by side (in-domain, systematic, productivity: the generalisation gap)."""
+def train_and_print(recipe: TrainingRecipe, options: TrainerOptions, out, *, callbacks=()) -> int:
+    """Train ``recipe`` into ``out`` with ``options``; print the test sets' and val's reports, then the test
+    sets side by side (in-domain, systematic, productivity: the generalisation gap)."""
     from composer.training.fit import train
     from crg.outputs import OutputDirError
 
     try:
-        results = train(recipe, trainer_options(args), args.out)
+        results = train(recipe, options, out, callbacks)
     except OutputDirError as err:
         raise SystemExit(f"error: {err}") from None
     from composer.evaluation.sentence_retrieval import format_retrieval_table
@@ -153,12 +181,12 @@ def train_and_print(recipe, args) -> int:
                      indent=2))
     table = format_retrieval_table({k: results[k] for k in shown[:-1] if results.get(k)})
     if table:
-        print("\ntext-to-image retrieval, test sets (" + str(args.out) + "/results.json):\n" + table)
+        print("\ntext-to-image retrieval, test sets (" + str(out) + "/results.json):\n" + table)
     plateau = results.get("plateau")
     if plateau:  # trained to the plateau: which weights were reported, and why training ended
         best = plateau["best"]
         chosen = (f"best val R@1 {best['val']['R@1']:.1f} at step {best['step']} ({best['positives']:,} positives)"
                   if best else "no validation ran: the last weights")
         print(f"\nstopped by {plateau['stopped']} after {plateau['steps']} steps ({plateau['positives']:,} positives, "
-              f"{plateau['validations']} validations); {chosen} is {args.out}/model; curve: {args.out}/curve.json")
+              f"{plateau['validations']} validations); {chosen} is {out}/model; curve: {out}/curve.json")
     return 0

@@ -26,16 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from composer.evaluation.caption_subsets import unseen_in_training
-from composer.evaluation.eval_sets import load_eval_data
-from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
-from composer.evaluation.rerank import shortlist_and_rerank
-from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
-from composer.models.composer.program import ConceptProgram
-from composer.provenance import git_sha
-from composer.models.common.retrieval import score_matrix
 from crg.cli.arguments import positive_int
 from crg.outputs import write_bytes_atomic, write_text_atomic
 from crg.parse import PARSERS
@@ -159,6 +150,10 @@ def load(args):
     """The model (on ``--device``, in eval mode), the evaluation set, its regions per image and the device,
     from the shared arguments; the run's own data settings are the defaults; a missing file exits with its
     message."""
+    import torch
+
+    from composer.evaluation.eval_sets import load_eval_data
+
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         loaded = load_model(args.checkpoint, map_location=device)
@@ -251,6 +246,15 @@ def read_first_stage(path: str, shape: tuple[int, int]) -> np.ndarray:
 def main(argv=None) -> int:
     ap = build_argparser()
     args = ap.parse_args(argv)
+    # the models and evaluations (torch): imported once the flags are parsed, so --help answers at once
+    from composer.evaluation.caption_subsets import unseen_in_training
+    from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
+    from composer.evaluation.rerank import shortlist_and_rerank
+    from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
+    from composer.models.common.retrieval import score_matrix
+    from composer.models.composer.program import ConceptProgram
+    from composer.provenance import git_sha
+
     if args.save_scores and args.no_sentences:
         ap.error("--save-scores writes the sentence scores: drop --no-sentences")
     check_outputs(args)

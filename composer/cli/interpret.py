@@ -18,14 +18,15 @@ import json
 import logging
 import sys
 
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
-from composer.evaluation.interpretation import interpret_pair, program_from_concepts, render_figure, render_text
-from composer.models.composer.program import ConceptProgram
-from composer.models.common.retrieval import score_matrix
-from crg.outputs import write_json_atomic
+import numpy as np
+
 from composer.cli.evaluate import add_data_arguments, load
+from crg.outputs import write_json_atomic
+
+if TYPE_CHECKING:
+    from composer.models.composer.program import ConceptProgram
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ def build_argparser() -> argparse.ArgumentParser:
 
 def caption_program(args, data) -> tuple[ConceptProgram, str, str | None]:
     """The caption's program, its text, and its own image (None for a caption not in the corpus)."""
+    from composer.evaluation.interpretation import program_from_concepts
+    from composer.models.composer.program import ConceptProgram
+
     graph = data.graph
     if args.index is not None:
         if not 0 <= args.index < len(data.captions):
@@ -68,6 +72,8 @@ def caption_program(args, data) -> tuple[ConceptProgram, str, str | None]:
 
 def regions_of(data, image_ids: list[str]):
     """(M, R, Dr), (M, R, 5), (M, R) of the given images, from the candidates or the store."""
+    import torch
+
     device = data.regions.device
     batch = data.store.read_batch(image_ids, data.max_regions, add_global=True)
     return (torch.from_numpy(batch.features).to(device), torch.from_numpy(batch.geometry).to(device),
@@ -76,6 +82,10 @@ def regions_of(data, image_ids: list[str]):
 
 def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
+    # the model and its scoring (torch): imported once the flags are parsed, so --help answers at once
+    from composer.evaluation.interpretation import interpret_pair, render_figure, render_text
+    from composer.models.common.retrieval import score_matrix
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loaded, data, _, _ = load(args)
     from composer.models import registry

@@ -17,7 +17,9 @@ the split files under ``OUT/data/`` and one directory per run and seed under ``O
 skips finished runs, so a killed study resumes where it stopped (``--seeds`` and ``--runs`` may grow
 between invocations; other profile settings may not). Each run is trained by the training commands'
 ``train()`` into its folder; ``--jobs N`` trains N at a time as Ray tasks on this machine, ``--address``
-on a Ray cluster. ``--report-only`` rebuilds the report from the runs' results. See docs/evaluation.md.
+on a Ray cluster. ``--report-only`` rebuilds the report from the runs' results. The study's
+configuration (profile, seeds, runs, execution options) is saved to ``OUT/config.yaml``; ``--config
+FILE`` runs it again (flags beside it override it), ``--print-config`` shows it. See docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import logging
 import sys
 import warnings
 
-from composer.study.config import PROFILES, get_profile, study_runs
+from composer.cli.config_file import add_config_arguments
 
 __all__ = ["build_argparser", "main"]
 
@@ -41,8 +43,10 @@ def build_argparser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="world", help="the dataset; only the generated world (its scene graphs give "
                                                      "the hard negatives and exact phrase truth)")
-    ap.add_argument("--out", required=True, help="study directory (results, tables, plots, runs)")
-    ap.add_argument("--profile", default="cpu", choices=sorted(PROFILES), help="sizes (composer/study/config.py)")
+    ap.add_argument("--out", help="study directory (results, tables, plots, runs, config.yaml); required unless "
+                                  "--print-config")
+    ap.add_argument("--profile", default="cpu", help="sizes and runs: smoke, cpu, gpu, cpu_il, ... (the names of "
+                                                     "PROFILES in composer/study/config.py; default cpu)")
     ap.add_argument("--seeds", help="comma-separated seeds (default: the profile's, 0,1,2 for cpu and gpu)")
     ap.add_argument("--runs", help="comma-separated run names, a subset of the profile's (default: all of them)")
     ap.add_argument("--jobs", type=int, help="runs trained at a time, as Ray tasks of cores / jobs threads each "
@@ -60,12 +64,60 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild results.json, tables and plots from the finished runs; train nothing")
     ap.add_argument("--verbose", action="store_true", help="the libraries' INFO logs too (graph cache, IL spawns)")
+    add_config_arguments(ap, saved="OUT/config.yaml")
     return ap
+
+
+def study_config(ap: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace):
+    """The study's configuration: ``--config``'s file (if given) with the flags given beside it written over
+    it; the profile's seeds, runs and jobs filled in (:class:`composer.cli.study_config.StudyConfig`)."""
+    from dataclasses import replace
+
+    from composer.cli.config_file import given_dests, merge, plain, read_config, typed
+    from composer.cli.study_config import PATHS, StudyConfig
+    from composer.study.config import PROFILES, get_profile, study_runs
+    from composer.study.execute import StudyOptions
+
+    cli = StudyConfig(data=args.data, profile=args.profile,
+                      seeds=[int(s) for s in args.seeds.split(",")] if args.seeds else None,
+                      runs=[r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None,
+                      search=args.search, search_only=args.search_only,
+                      options=StudyOptions(args.accelerator, args.precision, args.keep_weights,
+                                           jobs=args.jobs if args.jobs is not None else 0, address=args.address))
+    if args.config:
+        given = given_dests(ap, argv)
+        merged = merge(read_config(args.config), plain(cli), given=given, paths=PATHS)
+        if "jobs" not in given and (merged.get("options") or {}).get("jobs") is None:
+            merged.setdefault("options", {})["jobs"] = 0
+        cli = typed(StudyConfig, merged, source=f"--config {args.config}")
+    if cli.profile not in PROFILES:
+        ap.error(f"--profile {cli.profile!r}: choose one of {', '.join(sorted(PROFILES))}")
+    profile = get_profile(cli.profile)
+    jobs = cli.options.jobs or profile.jobs  # 0: the profile's
+    if jobs < 1:
+        ap.error(f"--jobs must be >= 1, got {jobs}")
+    try:
+        runs = [r.name for r in study_runs(profile, cli.runs)]
+    except (KeyError, ValueError) as err:
+        ap.error(str(err))
+    return replace(cli, seeds=list(cli.seeds or profile.seeds), runs=runs, options=replace(cli.options, jobs=jobs))
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_argparser().parse_args(argv)
+    ap = build_argparser()
+    args = ap.parse_args(argv)
+    config = study_config(ap, argv, args)
+    from composer.cli.config_file import config_yaml
+    from composer.cli.study_config import CONFIG_FILE
+
+    text = config_yaml(config, header="gc-study configuration (composer.cli.study_config.StudyConfig); run it again "
+                                      "with\n  gc-study --config THIS_FILE --out STUDY_FOLDER")
+    if args.print_config:
+        print(text, end="")
+        return 0
+    if not args.out:
+        ap.error("--out is required (the study's folder)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # one line per run; the libraries' chatter only with --verbose
         import lightning  # noqa: F401  (it sets its loggers' levels when imported: import it first)
@@ -76,22 +128,21 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*number of training batches.*")
     warnings.filterwarnings("ignore", message=".*treespec.*")  # a deprecation inside Lightning
-    if args.data != "world":
+    if config.data != "world":
         raise SystemExit("error: the study supports --data world only: its hard negatives and exact phrase truth "
                          "need the generated world's scene graphs")
-    from composer.study.execute import StudyOptions
-    from composer.study.runner import run_study
+    from pathlib import Path
 
-    profile = get_profile(args.profile)
-    jobs = profile.jobs if args.jobs is None else args.jobs
-    if jobs < 1:
-        raise SystemExit(f"error: --jobs must be >= 1, got {jobs}")
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(profile.seeds)
-    runs = study_runs(profile, [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None)
-    results = run_study(args.out, profile, seeds=seeds, runs=runs, report_only=args.report_only, data=args.data,
-                        search=args.search, search_only=args.search_only,
-                        options=StudyOptions(args.accelerator, args.precision, args.keep_weights, jobs=jobs,
-                                             address=args.address))
+    from composer.study.config import get_profile, study_runs
+    from composer.study.runner import run_study
+    from crg.outputs import write_text_atomic
+
+    profile = get_profile(config.profile)
+    results = run_study(args.out, profile, seeds=config.seeds, runs=study_runs(profile, config.runs),
+                        report_only=args.report_only, data=config.data, search=config.search,
+                        search_only=config.search_only, options=config.options)
+    if not args.report_only:  # the configuration this invocation ran (seeds and runs may grow later); after the
+        write_text_atomic(Path(args.out) / CONFIG_FILE, text)  # study accepted its folder, so a refusal keeps it
     if "search" in results:  # --search-only
         logger.info("wrote %s/search/chosen.json and tables/search.md", args.out)
         return 0

@@ -10,8 +10,9 @@ text-to-image retrieval, on the same batches, schedule and evaluation as COMPOSE
 ``--model`` and ``--data``: each model's ``named_recipes`` in composer/models/registry.py) hold only what differs from the defaults;
 every value can be overridden on the command line. On ``world`` each model is small enough to train on
 2 CPU cores in minutes; ``f30k`` / ``coco`` use the paper's sizes (Appendix C). Writes
-``OUT/results.json``, CSV and TensorBoard logs, and checkpoints (``--resume`` continues a killed run
-exactly). See docs/baselines.md.
+``OUT/results.json``, CSV and TensorBoard logs, checkpoints (``--resume`` continues a killed run
+exactly) and the run's configuration, ``OUT/config.yaml`` (``--config OUT/config.yaml --out NEW`` trains
+the same run again; ``--print-config`` shows the effective configuration). See docs/baselines.md.
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from composer.cli.arguments import (add_data_arguments, add_plateau_arguments, add_training_arguments,
-                                    configure_logging, recipe_overrides, train_and_print)
-from composer.models import registry
-from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
+from typing import TYPE_CHECKING
 
-__all__ = ["MODEL_OPTIONS", "baselines", "build_argparser", "main", "recipe_from_args"]
+from composer.cli.arguments import (SHARED_PATHS, add_data_arguments, add_plateau_arguments,
+                                    add_training_arguments, recipe_overrides, trainer_options)
+from composer.cli.config_file import add_config_arguments
+from composer.models import registry
+
+if TYPE_CHECKING:
+    from composer.cli.run_config import RunConfig
+    from composer.training.recipes import RecipeOverrides, TrainingRecipe
+
+__all__ = ["MODEL_OPTIONS", "PATHS", "baselines", "build_argparser", "main", "recipe_from_args"]
 
 # The model options (argparse dest -> where the value goes: "model:<config field path>" or a RecipeOverrides
 # field). Each model's registry entry lists those that apply to it (ModelSpec.cli_options); given to
@@ -33,6 +40,9 @@ MODEL_OPTIONS = {"text_layers": "model:text_layers", "embed_dim": "model:embed_d
                  "margin": "model:loss.margin", "hardest_negative": "model:loss.negatives",
                  "pt_layers": "model:pt_layers", "ct_layers": "model:ct_layers", "mvsa_kind": "model:loss.mvsa",
                  "mvsa": "use_mvsa", "mvsa_concepts": "mvsa_concepts", "il_preset": "il_preset"}
+
+#: this command's flags -> the configuration fields they set (composer.cli.run_config.RunConfig)
+PATHS = {**SHARED_PATHS, **{k: ("recipe." + v.replace("model:", "model."),) for k, v in MODEL_OPTIONS.items()}}
 
 
 def baselines() -> tuple[str, ...]:
@@ -43,7 +53,8 @@ def baselines() -> tuple[str, ...]:
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gc-train-baseline", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, choices=baselines(), help="the baseline to train")
+    ap.add_argument("--model", choices=baselines(), help="the baseline to train (required, unless a --config "
+                                                          "file names it)")
     add_data_arguments(ap, text_model_help="BERT checkpoint directory or hub name initialising the text encoder")
     g = ap.add_argument_group("VSE")
     g.add_argument("--text-layers", type=int, help="VSE text encoder depth (paper: 12)")
@@ -65,21 +76,29 @@ def build_argparser() -> argparse.ArgumentParser:
                            max_steps_help="stop after this many steps (smoke tests); the CLIP family defaults to "
                                           "its schedule's")
     add_plateau_arguments(ap)
+    add_config_arguments(ap, saved="OUT/config.yaml")
     return ap
 
 
 def recipe_from_args(args) -> TrainingRecipe:
     """Arguments -> the recipe of ``--model`` on ``--data`` (options of another model are an error)."""
-    spec = registry.get(args.model)
+    from composer.training.recipes import named_recipe
+
+    return named_recipe(args.model, args.data, overrides_from_args(args, args.model))
+
+
+def overrides_from_args(args, model: str) -> RecipeOverrides:
+    """Arguments -> typed overrides of ``model``'s named recipe (options of another model are an error)."""
+    spec = registry.get(model)
     given = {k: getattr(args, k, None) for k in MODEL_OPTIONS if getattr(args, k, None) not in (None, False)}
     misplaced = [f"--{k.replace('_', '-')}" for k in given if k not in spec.cli_options]
     if misplaced:
-        raise ValueError(f"{', '.join(misplaced)} do(es) not apply to --model {args.model}; see --help for the "
+        raise ValueError(f"{', '.join(misplaced)} do(es) not apply to --model {model}; see --help for the "
                          f"options of each model")
     if spec.step_schedule is not None and (args.text_model or args.epochs is not None):
-        raise ValueError(f"{args.model} trains from scratch on a step schedule: --text-model and --epochs do not "
+        raise ValueError(f"{model} trains from scratch on a step schedule: --text-model and --epochs do not "
                          f"apply (use --il-preset, --lr, --max-steps)")
-    model: dict = {}
+    model_cfg: dict = {}
     extra: dict = {}
     for key, value in given.items():
         target = MODEL_OPTIONS[key]
@@ -87,7 +106,7 @@ def recipe_from_args(args) -> TrainingRecipe:
             value = "hardest"
         if target.startswith("model:"):
             *path, last = target[len("model:"):].split(".")
-            node = model
+            node = model_cfg
             for part in path:
                 node = node.setdefault(part, {})
             node[last] = value
@@ -95,19 +114,29 @@ def recipe_from_args(args) -> TrainingRecipe:
             extra[target] = value
     if "mvsa" in spec.cli_options:  # --mvsa is a switch: off unless given
         extra.setdefault("use_mvsa", False)
-    overrides: RecipeOverrides = recipe_overrides(args, model=model, **extra)
-    return named_recipe(args.model, args.data, overrides)
+    return recipe_overrides(args, model=model_cfg, **extra)
+
+
+def run_config(args, model: str) -> RunConfig:
+    """The run's configuration the flags alone give (:class:`composer.cli.run_config.RunConfig`)."""
+    from composer.cli.run_config import RunConfig
+
+    return RunConfig(model=model, data=args.data, recipe=overrides_from_args(args, model),
+                     trainer=trainer_options(args))
 
 
 def main(argv=None) -> int:
     ap = build_argparser()
     args = ap.parse_args(argv)
-    configure_logging()
-    try:
-        recipe = recipe_from_args(args)
-    except ValueError as err:
-        ap.error(str(err))
-    return train_and_print(recipe, args)
+    from composer.cli.run_config import run_training_command  # torch and Lightning: after --help
+
+    def cli_config(model: str) -> RunConfig:
+        try:
+            return run_config(args, model)
+        except ValueError as err:
+            ap.error(str(err))
+
+    return run_training_command(ap, argv, args, command="gc-train-baseline", cli_config=cli_config, paths=PATHS)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 hold only what differs from the defaults (composer/models/registry.py); every value can be overridden
 on the command line. ``world`` is a small model that trains on 2 CPU cores in minutes; ``f30k`` /
 ``coco`` are the paper's setting (Appendix C). Writes ``OUT/results.json``, CSV and TensorBoard logs,
-and checkpoints (``--resume`` continues a killed run exactly).
+and checkpoints (``--resume`` continues a killed run exactly), and the run's configuration,
+``OUT/config.yaml``: ``--config OUT/config.yaml --out NEW`` trains the same run again (flags beside
+``--config`` override it; ``--print-config`` shows the effective configuration).
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from composer.cli.arguments import (add_data_arguments, add_plateau_arguments, add_training_arguments,
-                                    configure_logging, recipe_overrides, train_and_print)
+from composer.cli.arguments import (SHARED_PATHS, add_data_arguments, add_plateau_arguments,
+                                    add_training_arguments, recipe_overrides, trainer_options)
+from composer.cli.config_file import add_config_arguments
 from composer.models.composer.config import MODULATORS
-from composer.training.recipes import named_recipe
 
-__all__ = ["build_argparser", "main"]
+__all__ = ["PATHS", "build_argparser", "main"]
+
+#: this command's flags -> the configuration fields they set (composer.cli.run_config.RunConfig)
+PATHS = {**SHARED_PATHS, "pt_layers": ("recipe.model.pt_layers",), "ct_layers": ("recipe.model.ct_layers",),
+         "modulator": ("recipe.model.modulator",),
+         "no_primitive_crossatt": ("recipe.model.primitive_cross_attention",),
+         "mvsa_kind": ("recipe.model.loss.mvsa",), "no_mvsa": ("recipe.use_mvsa",), "no_order": ("recipe.use_order",)}
 
 
 def build_argparser() -> argparse.ArgumentParser:
@@ -38,6 +46,7 @@ def build_argparser() -> argparse.ArgumentParser:
     g.add_argument("--mvsa-kind", choices=["hinge", "nll"], help="MVSA's form (default hinge)")
     add_training_arguments(ap.add_argument_group("training"))
     add_plateau_arguments(ap)
+    add_config_arguments(ap, saved="OUT/config.yaml")
     return ap
 
 
@@ -52,12 +61,22 @@ def model_overrides(args) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    args = build_argparser().parse_args(argv)
-    configure_logging()
+def run_config(args, model: str = "composer"):
+    """The run's configuration the flags alone give (:class:`composer.cli.run_config.RunConfig`)."""
+    from composer.cli.run_config import RunConfig
+
     overrides = recipe_overrides(args, model=model_overrides(args), use_mvsa=False if args.no_mvsa else None,
                                  use_order=False if args.no_order else None)
-    return train_and_print(named_recipe("composer", args.data, overrides), args)
+    return RunConfig(model=model, data=args.data, recipe=overrides, trainer=trainer_options(args))
+
+
+def main(argv=None) -> int:
+    ap = build_argparser()
+    args = ap.parse_args(argv)
+    from composer.cli.run_config import run_training_command  # torch and Lightning: after --help
+
+    return run_training_command(ap, argv, args, command="gc-train-composer", cli_config=lambda m: run_config(args, m),
+                                paths=PATHS, model="composer")
 
 
 if __name__ == "__main__":

@@ -214,7 +214,8 @@ def load_pretrained(directory: str | Path):
 # The generated world's data settings, shared by every model.
 _WORLD_DATA = {"max_regions": 14, "eval_images": 100, "world_images": 3000}
 
-# COMPOSER on the world: 375 steps per epoch, a 150-step warm-up to 5e-4, /10 for the last epoch, gradients
+# COMPOSER on the world: 281 steps per epoch (the compositional world's 1,800 training images x 5 captions / 32),
+# a 112-step warm-up (0.4 epoch) to 5e-4, /10 for the last epoch, gradients
 # clipped at 1 (docs/composer.md, "Learning from scratch": the paper's 4e-5 leaves a random-init model at
 # chance). Validation (100 images x 500 captions, full cross-scoring: ~1 min on 2 cores) once, after the
 # last epoch, so that generation + graph + training + test fit the README's 15 minutes.

@@ -26,15 +26,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from crg.blind import COUNTING_RULES, TrigramLM, pair_classifier_outcome, rule_outcome
-from crg.corpus import read_corpus
-from crg.hard_negatives import (
-    HN_ATOM, HN_SWAP, HN_TYPES, GrammarScorer, HardNegative, HardNegativeConfig, LanguageModelScorer,
-    ParsedCaption, RefinementConfig, corpus_hard_negatives)
-from crg.hard_negatives.reasons import false_because
-from crg.hard_negatives.refine import CountingScorer
 from crg.outputs import OutputDirError, prepare_output_dir, write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from crg.hard_negatives import HardNegative
 
 __all__ = ["DEFAULT_TYPES", "build_argparser", "blind_checks", "negative_record", "main"]
 
@@ -42,7 +39,10 @@ __all__ = ["DEFAULT_TYPES", "build_argparser", "blind_checks", "negative_record"
 #: from its caption (99.9% on COCO); no positive with the same cue can be made without an image.
 #: HN-COMP is left out too (docs/hard_negatives.md): moving an attribute to another object is often
 #: still true (22 of 50 read by hand), and without moves only 4% of COCO captions keep one.
-DEFAULT_TYPES = (HN_ATOM, HN_SWAP)
+DEFAULT_TYPES = ("HN-ATOM", "HN-SWAP")
+#: crg.hard_negatives.HN_TYPES, spelt out so that building the parser imports none of the generators
+#: (lemminflect, nltk: seconds; --help answers at once); tests/test_cli_help.py checks they are the same
+TYPES = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")
 OWNED = ("negatives.jsonl", "report.json")
 REFINE_LM, HELDOUT_LM, GRAMMAR = "LM (refined against)", "LM (held out)", "grammar"
 PAIR_CLASSIFIER = "word-pair logistic regression (grouped folds)"
@@ -59,7 +59,7 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--split", default="test", help="split whose captions get negatives (default test; 'all': every image)")
     ap.add_argument("--num-captions", type=int, default=None,
                     help="the first N captions of the split, in corpus order (default: all)")
-    ap.add_argument("--types", nargs="+", choices=HN_TYPES, default=list(DEFAULT_TYPES),
+    ap.add_argument("--types", nargs="+", choices=TYPES, default=list(DEFAULT_TYPES),
                     help=f"types to make (default {' '.join(DEFAULT_TYPES)}; HN-NEG is left out because counting "
                          "negation words tells it apart, HN-COMP because its negatives are too often not "
                          "false or too few, docs/hard_negatives.md)")
@@ -100,6 +100,8 @@ def build_argparser() -> argparse.ArgumentParser:
 
 def negative_record(n: HardNegative) -> dict:
     """One line of ``negatives.jsonl``."""
+    from crg.hard_negatives.reasons import false_because
+
     c = n.change
     return {"caption": n.source, "negative": n.text, "type": n.type, "image_id": n.image_id,
             "edit": {"op": c.op, "before": list(c.before), "after": list(c.after), "where": c.where,
@@ -111,6 +113,8 @@ def blind_checks(negatives: Iterable[HardNegative], scorers: Mapping[str, Callab
                  held_out: Iterable[str]) -> dict[str, dict[str, dict]]:
     """Per type and scorer, :class:`crg.blind.RuleOutcome` (as a dict, ``held_out`` added) of the
     (caption, negative) pairs; ``scorers``: text -> score, higher = taken for the caption."""
+    from crg.blind import rule_outcome
+
     held_out = set(held_out)
     pairs: dict[str, list[tuple[str, str]]] = {}
     for n in negatives:
@@ -131,6 +135,8 @@ def _order_name(order: int) -> str:
 def classifier_checks(negatives: Iterable[HardNegative], num_folds: int, seed: int) -> dict[str, dict]:
     """Per type, the word-pair logistic regression's held-out outcome (:func:`crg.blind.pair_classifier_outcome`,
     folds grouped by source caption) as a dict with ``held_out`` True."""
+    from crg.blind import pair_classifier_outcome
+
     by_type: dict[str, list[HardNegative]] = {}
     for n in negatives:
         by_type.setdefault(n.type, []).append(n)
@@ -165,6 +171,13 @@ def _captions_of(corpus, splits: Sequence[str], flag: str) -> list[str]:
 
 def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
+    # the generators and scorers (lemminflect, nltk): imported once the flags are parsed
+    from crg.blind import COUNTING_RULES, TrigramLM
+    from crg.corpus import read_corpus
+    from crg.hard_negatives import (GrammarScorer, HardNegativeConfig, LanguageModelScorer, ParsedCaption,
+                                    RefinementConfig, corpus_hard_negatives)
+    from crg.hard_negatives.refine import CountingScorer
+
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
     timings: dict[str, float] = {}
