@@ -25,7 +25,7 @@ __all__ = ["SHARED_PATHS", "add_data_arguments", "add_plateau_arguments", "add_t
            "trainer_options"]
 
 _RECIPE_FLAGS = ("preset", "text_model", "captions", "features", "parser", "parser_model", "epochs", "lr",
-                 "grad_clip", "batch_size", "max_regions", "eval_images", "world_images", "world_split",
+                 "grad_clip", "batch_size", "max_regions", "eval_images", "val_images", "world_images", "world_split",
                  "world_held_out_seed", "world_held_out_pairs", "world_held_out_facts", "hard_negative_captions",
                  "num_workers", "seed", "val_every_positives", "patience", "min_delta", "max_positives",
                  "min_positives")

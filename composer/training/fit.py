@@ -31,7 +31,7 @@ __all__ = ["OWNED", "PreparedRun", "ProgressLog", "TrainerOptions", "fit_and_rep
            "training_precision"]
 
 # what a training run writes in its folder (``--overwrite`` deletes these and nothing else)
-OWNED = ("checkpoints", "logs", "tb", "model", "results.json", "curve.json", "curve.csv")
+OWNED = ("checkpoints", "logs", "tb", "model", "results.json", "curve.json", "curve.csv", "config.yaml")
 
 logger = logging.getLogger(__name__)
 
