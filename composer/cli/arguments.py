@@ -12,7 +12,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from composer.models import registry
-from crg.cli.arguments import positive_int
+from crg.cli.arguments import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from crg.parse import add_parser_arguments
 from features.catalog import WORLD_SPLITS
 
@@ -65,11 +70,11 @@ def add_data_arguments(ap: argparse.ArgumentParser, *, text_model_help: str) -> 
 
 def add_training_arguments(group, *, max_steps_help: str = "stop after this many steps (smoke tests)") -> None:
     """The data-size, trainer and checkpoint options every training command shares."""
-    group.add_argument("--epochs", type=int, help="training epochs (paper: 20; world: the named configuration's)")
+    group.add_argument("--epochs", type=positive_int, help="training epochs (paper: 20; world: the named configuration's)")
     group.add_argument("--max-steps", type=int, default=-1, help=max_steps_help)
-    group.add_argument("--lr", type=float, help="peak learning rate (paper: 4e-5)")
-    group.add_argument("--grad-clip", type=float, help="clip the gradient norm (0 = off, the paper's setting)")
-    group.add_argument("--batch-size", type=int, help="positive pairs per batch (paper: 64)")
+    group.add_argument("--lr", type=positive_float, help="peak learning rate (paper: 4e-5)")
+    group.add_argument("--grad-clip", type=non_negative_float, help="clip the gradient norm (0 = off, the paper's setting)")
+    group.add_argument("--batch-size", type=positive_int, help="positive pairs per batch (paper: 64)")
     group.add_argument("--max-regions", type=positive_int, help="detector regions per image (paper: 100)")
     group.add_argument("--eval-images", type=positive_int,
                        help="images of the val / test retrieval sets (paper: 1,000)")
@@ -82,21 +87,21 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
                             "systematic and productivity) or random (an i.i.d. 80/10/10 split)")
     group.add_argument("--world-held-out-seed", type=int, dest="world_held_out_seed",
                        help="--data world: which compounds are held out (default 0; the generator's --held-out-seed)")
-    group.add_argument("--world-held-out-pairs", type=int, dest="world_held_out_pairs",
+    group.add_argument("--world-held-out-pairs", type=non_negative_int, dest="world_held_out_pairs",
                        help="--data world: held-out colour-shape pairs (default 8)")
-    group.add_argument("--world-held-out-facts", type=int, dest="world_held_out_facts",
+    group.add_argument("--world-held-out-facts", type=non_negative_int, dest="world_held_out_facts",
                        help="--data world: held-out relation facts between two shapes (default 6)")
-    group.add_argument("--hard-negatives", type=int, dest="hard_negative_captions", metavar="N",
+    group.add_argument("--hard-negatives", type=non_negative_int, dest="hard_negative_captions", metavar="N",
                        help="caption negatives per positive drawn from its 100 nearest captions of other images "
                             "(ViLBERT's hard distractor: 1; default 0: all random; not the CLIP family)")
-    group.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
-    group.add_argument("--val-every", type=int, help="validate every N epochs (default 1; world: 3, i.e. at the end)")
+    group.add_argument("--num-workers", type=non_negative_int, default=0, help="DataLoader worker processes")
+    group.add_argument("--val-every", type=positive_int, help="validate every N epochs (default 1; world: 3, i.e. at the end)")
     group.add_argument("--seed", type=int, default=0, help="seed of the weights, the batches and the negatives")
     group.add_argument("--accelerator", default="auto", help="Lightning accelerator (default: GPU when available)")
     group.add_argument("--devices", default="auto", help="devices per node (Lightning's; e.g. 8)")
-    group.add_argument("--num-nodes", type=int, default=1, help="nodes for multi-node DDP (docs/composer.md)")
+    group.add_argument("--num-nodes", type=positive_int, default=1, help="nodes for multi-node DDP (docs/composer.md)")
     group.add_argument("--precision", default=None, help="default: bf16-mixed on GPU, 32 on CPU")
-    group.add_argument("--ckpt-every-n-steps", type=int, default=200, help="checkpoint cadence in steps")
+    group.add_argument("--ckpt-every-n-steps", type=positive_int, default=200, help="checkpoint cadence in steps")
     group.add_argument("--resume", action="store_true",
                        help="continue the run in OUT from OUT/checkpoints/last.ckpt (its settings must be the same)")
     group.add_argument("--overwrite", action="store_true",
@@ -112,18 +117,18 @@ def add_plateau_arguments(ap: argparse.ArgumentParser) -> None:
     """Training to the plateau (:class:`composer.training.plateau.PlateauConfig`; docs/composer.md): all off
     by default, which trains the recipe's fixed schedule and reports its last weights."""
     g = ap.add_argument_group("training to the plateau (off by default: the recipe's fixed schedule)")
-    g.add_argument("--val-every-positives", type=int, metavar="N",
+    g.add_argument("--val-every-positives", type=positive_int, metavar="N",
                    help="validate every N positive pairs trained on (rounded up to whole steps), recording the "
                         "learning curve in OUT/curve.json; default: every --val-every epochs")
-    g.add_argument("--patience", type=int, metavar="K",
+    g.add_argument("--patience", type=non_negative_int, metavar="K",
                    help="stop after K validations in a row without a val R@1 gain above --min-delta "
                         "(0 or unset: never)")
-    g.add_argument("--min-delta", type=float, metavar="POINTS",
+    g.add_argument("--min-delta", type=non_negative_float, metavar="POINTS",
                    help="the val R@1 gain (in points) that counts as an improvement for --patience (default 0)")
-    g.add_argument("--max-positives", type=int, metavar="N",
+    g.add_argument("--max-positives", type=positive_int, metavar="N",
                    help="train on at most N positive pairs (replaces --epochs / the CLIP schedule's length as the "
                         "end of training; the same budget for every model)")
-    g.add_argument("--min-positives", type=int, metavar="N",
+    g.add_argument("--min-positives", type=positive_int, metavar="N",
                    help="never stop for --patience before N positive pairs (a model that starts slowly, such as "
                         "COMPOSER from random weights, is not stopped on its first flat stretch)")
 

@@ -30,6 +30,7 @@ import sys
 import warnings
 
 from composer.cli.config_file import add_config_arguments
+from crg.cli.arguments import int_list, positive_int
 
 __all__ = ["build_argparser", "main"]
 
@@ -47,9 +48,9 @@ def build_argparser() -> argparse.ArgumentParser:
                                   "--print-config")
     ap.add_argument("--profile", default="cpu", help="sizes and runs: smoke, cpu, gpu, cpu_il, ... (the names of "
                                                      "PROFILES in composer/study/config.py; default cpu)")
-    ap.add_argument("--seeds", help="comma-separated seeds (default: the profile's, 0,1,2 for cpu and gpu)")
+    ap.add_argument("--seeds", type=int_list, help="comma-separated seeds (default: the profile's, 0,1,2 for cpu and gpu)")
     ap.add_argument("--runs", help="comma-separated run names, a subset of the profile's (default: all of them)")
-    ap.add_argument("--jobs", type=int, help="runs trained at a time, as Ray tasks of cores / jobs threads each "
+    ap.add_argument("--jobs", type=positive_int, help="runs trained at a time, as Ray tasks of cores / jobs threads each "
                                              "(default: the profile's; cpu: 2; 1 = in this process)")
     ap.add_argument("--address", help="a Ray cluster's address (ray start --head; the study directory must be "
                                       "on a file system every node shares); default: this machine")
@@ -79,7 +80,7 @@ def study_config(ap: argparse.ArgumentParser, argv: list[str], args: argparse.Na
     from composer.study.execute import StudyOptions
 
     cli = StudyConfig(data=args.data, profile=args.profile,
-                      seeds=[int(s) for s in args.seeds.split(",")] if args.seeds else None,
+                      seeds=args.seeds,
                       runs=[r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None,
                       search=args.search, search_only=args.search_only,
                       options=StudyOptions(args.accelerator, args.precision, args.keep_weights,

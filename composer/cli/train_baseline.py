@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from composer.cli.arguments import (SHARED_PATHS, add_data_arguments, add_plateau_arguments,
                                     add_training_arguments, recipe_overrides, trainer_options)
 from composer.cli.config_file import add_config_arguments
+from crg.cli.arguments import non_negative_int, positive_int
 from composer.models import registry
 
 if TYPE_CHECKING:
@@ -57,17 +58,17 @@ def build_argparser() -> argparse.ArgumentParser:
                                                           "file names it)")
     add_data_arguments(ap, text_model_help="BERT checkpoint directory or hub name initialising the text encoder")
     g = ap.add_argument_group("VSE")
-    g.add_argument("--text-layers", type=int, help="VSE text encoder depth (paper: 12)")
-    g.add_argument("--embed-dim", type=int, help="VSE joint space size")
+    g.add_argument("--text-layers", type=non_negative_int, help="VSE text encoder depth (paper: 12)")
+    g.add_argument("--embed-dim", type=positive_int, help="VSE joint space size")
     g.add_argument("--pool", choices=["mean", "max"], help="VSE pooling over regions (paper: mean)")
     g.add_argument("--margin", type=float, help="VSE hinge margin (default 0.2, VSE++'s)")
     g.add_argument("--hardest-negative", action="store_true", help="VSE++'s hardest in-batch negative, not the sum")
     g = ap.add_argument_group("flat cross-modal transformer")
-    g.add_argument("--pt-layers", type=int, help="text layers before the cross-modal ones")
+    g.add_argument("--pt-layers", type=non_negative_int, help="text layers before the cross-modal ones")
     g.add_argument("--ct-layers", type=int, help="cross-modal (co-attention) layers")
     g.add_argument("--mvsa", action="store_true", help="add phrase-level MVSA (Table 5's 'ViLBERT + MVSA')")
     g.add_argument("--mvsa-kind", choices=["hinge", "nll"], help="MVSA's form (default hinge)")
-    g.add_argument("--mvsa-concepts", type=int, help="phrases per positive caption for MVSA (default 2)")
+    g.add_argument("--mvsa-concepts", type=positive_int, help="phrases per positive caption for MVSA (default 2)")
     g = ap.add_argument_group("CLIP, codebook-CLIP, IL-CLIP")
     g.add_argument("--il-preset", choices=["paper", "small"],
                    help="optimiser and step schedule (composer.models.clip.iterated_learning.il_config); default: "

@@ -21,6 +21,7 @@ import sys
 from composer.cli.arguments import (SHARED_PATHS, add_data_arguments, add_plateau_arguments,
                                     add_training_arguments, recipe_overrides, trainer_options)
 from composer.cli.config_file import add_config_arguments
+from crg.cli.arguments import non_negative_int
 from composer.models.composer.config import MODULATORS
 
 __all__ = ["PATHS", "build_argparser", "main"]
@@ -37,7 +38,7 @@ def build_argparser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(ap, text_model_help="BERT checkpoint directory or hub name for the Predicate Transformer")
     g = ap.add_argument_group("model and losses (the paper's ablations)")
-    g.add_argument("--pt-layers", type=int, help="Predicate Transformer layers (paper: 6; Table 6)")
+    g.add_argument("--pt-layers", type=non_negative_int, help="Predicate Transformer layers (paper: 6; Table 6)")
     g.add_argument("--ct-layers", type=int, help="Composition Transformer layers (paper: 5; Table 6)")
     g.add_argument("--modulator", choices=MODULATORS, help="how a child binds to a predicate (paper: film; Table 4)")
     g.add_argument("--no-primitive-crossatt", action="store_true", help="primitives without CrossAtt (Table 3)")

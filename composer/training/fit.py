@@ -206,7 +206,10 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
         cadence = {"check_val_every_n_epoch": options.val_every or val_every}
     if not options.progress or not sys.stderr.isatty():
         callbacks.append(ProgressLog(options.log_every_seconds))
+    from composer.training.checkpoint_io import AtomicCheckpointIO, resume_checkpoint
+
     trainer = L.Trainer(
+        plugins=[AtomicCheckpointIO()],  # a full disk or a kill never truncates last.ckpt
         default_root_dir=out, max_epochs=run.max_epochs, max_steps=run.max_steps, accelerator=options.accelerator,
         devices=options.devices, num_nodes=options.num_nodes, precision=training_precision(options),
         strategy="ddp" if gpu and torch.cuda.device_count() > 1 else "auto",
@@ -220,9 +223,10 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
     started = time.perf_counter()
     last = out / "checkpoints" / "last.ckpt"
     resume_from = None
-    if options.resume:
-        if last.exists():
-            resume_from = str(last)
+    if options.resume:  # last.ckpt, or the intact checkpoint beside a damaged one (warned), or a clear error
+        found = resume_checkpoint(last.parent, last.name)
+        if found is not None:
+            resume_from = str(found)
         else:
             logger.warning("--resume: %s has no checkpoint yet (the run stopped before its first one): training "
                            "from the start", out)

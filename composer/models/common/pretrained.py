@@ -185,7 +185,7 @@ class LoadedModel:
 
 
 def _save(model: PretrainedModel, directory: Path) -> Path:
-    from safetensors.torch import save_file
+    from composer.models.common.weights_file import save_weights
 
     if not isinstance(model, nn.Module):
         raise TypeError(f"{type(model).__name__} is not an nn.Module")
@@ -197,14 +197,17 @@ def _save(model: PretrainedModel, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     # detached CPU copies: safetensors stores contiguous tensors that share no memory
     state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt", "model_type": model.model_type})
+    # sorted metadata: identical weights give an identical file; atomic: never a truncated one
+    save_weights(state, directory / WEIGHTS_NAME, {"format": "pt", "model_type": model.model_type})
     try:
         model.make_tokenizer().tokenizer.save_pretrained(str(directory))
     except (OSError, ValueError) as err:
         raise ValueError(f"cannot save the tokenizer of the {type(model).__name__} to {directory}: {err}") from err
     # config.json last: a directory whose writing failed half-way has none and does not load
     meta = {"model_type": model.model_type, **extras, **config}
-    (directory / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    from crg.outputs import write_text_atomic
+
+    write_text_atomic(directory / CONFIG_NAME, json.dumps(meta, indent=2) + "\n")
     log.info("saved the %s model to %s (%d tensors)", model.model_type, directory, len(state))
     return directory
 
