@@ -17,6 +17,9 @@ def pytest_configure(config):
     # `pytest -m paper_size` selects them; they also run in the default suite
     config.addinivalue_line("markers", "paper_size: the paper's model sizes on CPU (BERT-base PT, 100 regions x "
                                        "2048-d; tests/test_paper_size.py, about 3 minutes on 2 cores)")
+    # `pytest -m "not slow"` skips them; they also run in the default suite
+    config.addinivalue_line("markers", "slow: a kill of a real multi-process run (a local Ray, a study; "
+                                       "tests/test_kill_resume.py), minutes on 2 cores")
 
 
 @pytest.fixture(scope="session", autouse=True)

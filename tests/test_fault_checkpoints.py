@@ -14,12 +14,16 @@ import logging
 
 import pytest
 import torch
+from kill_switch import KillAt, Killed
 
-from composer.training.checkpoint_io import AtomicCheckpointIO, UnusableCheckpoint, resume_checkpoint
+from composer.training.checkpoint_io import (
+    AtomicCheckpointIO,
+    UnusableCheckpoint,
+    resume_checkpoint,
+)
 from composer.training.fit import TrainerOptions, train
 from composer.training.recipes import RecipeOverrides, named_recipe
 from crg.outputs import OutputDirError
-from kill_switch import Killed, KillAt
 
 BATCH = 8
 

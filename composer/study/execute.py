@@ -278,11 +278,23 @@ def ray_resources(options: StudyOptions) -> tuple[int, int]:
     where there is one."""
     import ray
 
+    from crg.ray_engine import RayConnectError, check_address
+
     if not ray.is_initialized():
+        check_address(options.address)  # nothing listening there: one error in 10 s, not ray.init's retries for ever
         env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
         env["RAY_CHDIR_TO_TRIAL_DIR"] = "0"  # Tune's trials keep the study's working directory (relative paths)
-        ray.init(address=options.address, num_cpus=None if options.address else os.cpu_count(),
-                 runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=True)
+        try:  # a local Ray started here is this process's: its raylet and workers end when it does
+            ray.init(address=options.address, num_cpus=None if options.address else os.cpu_count(),
+                     runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=True)
+        except Exception as err:  # Ray raises a bare Exception when its raylet does not start in time
+            where = f"the Ray cluster at --address {options.address}" if options.address else "a local Ray"
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise RayConnectError(f"cannot start or join {where}: {first}") from err
+        if not options.address:  # Ray's agents outlive a driver killed with SIGKILL: a watcher ends them
+            from composer.study.fate import watch
+
+            watch()
     node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
     cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0

@@ -3,8 +3,10 @@
 :class:`AtomicCheckpointIO` is the Lightning checkpoint writer of every trainer the library builds
 (:func:`composer.training.fit.fit_and_report`): a checkpoint is written to a temporary file in its own
 folder, flushed to disk, and renamed over the old one, so ``last.ckpt`` is always either the previous
-checkpoint or the new one, never a truncated file. Lightning's own writer goes through fsspec, whose
-local "transaction" does not sync the data before the rename.
+checkpoint or the new one, never a truncated file. Lightning's own writer (2.6) goes through an fsspec
+"transaction" whose temporary file lies in the system's temporary folder (``tempfile.mkstemp()``) and is then
+``shutil.move``-d: where that folder is on another file system than the run (a tmpfs ``/tmp``, a scratch
+disk), the move copies into ``last.ckpt`` in place, and a full disk truncates it; nothing is synced.
 
 :func:`resume_checkpoint` picks what ``--resume`` continues from: ``last.ckpt`` when it loads, else (a
 checkpoint damaged by something other than this writer: a copy, an older version of the library) the
