@@ -171,3 +171,95 @@ def test_training_killed_at_a_random_point_resumes_to_the_uninterrupted_weights(
     assert resumed["global_step"] == reference["global_step"], kill
     assert hashlib.sha256((out / "model" / "model.safetensors").read_bytes()).hexdigest() == digest, kill
     assert not [p for p in (out / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------------------- graph and split commands
+def _without_timings(value):
+    """A JSON value without its wall-clock entries (``*seconds*``) and how much came from a cache (a rerun reads
+    the parses and graphs the killed run cached), which differ run to run; the results stay."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items()
+                if "seconds" not in k and k not in ("graph_cache_hits", "num_parsed", "num_from_cache")}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def _outputs(out) -> dict:
+    """What a graph or split command wrote, comparable across runs: bytes of the data files, gzip files by
+    content (their header holds a time), JSON reports without timings."""
+    import gzip
+
+    found = {}
+    for p in sorted(out.iterdir()):
+        if p.name == "run.json" or p.name.startswith("."):
+            continue
+        if p.name.endswith(".json.gz"):
+            found[p.name] = _without_timings(json.loads(gzip.decompress(p.read_bytes())))
+        elif p.suffix == ".gz":
+            found[p.name] = gzip.decompress(p.read_bytes())
+        elif p.suffix == ".json":
+            found[p.name] = _without_timings(json.loads(p.read_text()))
+        else:
+            found[p.name] = p.read_bytes()
+    return found
+
+
+def _kill_and_rerun(argv: list[str], out, rerun_flag, points: int = 5):
+    """Run ``argv`` once whole (the reference), then ``points`` times killed with SIGKILL at a seeded random
+    moment of its wall time, each followed by the rerun a user would type (``rerun_flag(out)``); every rerun's
+    outputs must be the reference's. Returns the kill moments (s) and the killed runs' exit statuses."""
+    import random
+    import shutil
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    ref = out.parent / "reference"
+    for folder in (ref, out.parent / "warm"):  # the second run's time (parse and graph caches warm) sets the moments
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", *argv, "--out", str(folder)], cwd=ROOT, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        wall = time.monotonic() - started
+    reference = _outputs(ref)
+    assert _outputs(out.parent / "warm") == reference
+    rng = random.Random(35)
+    moments, statuses = [], []
+    for _ in range(points):
+        shutil.rmtree(out, ignore_errors=True)
+        moment = rng.uniform(0.3, 1.0) * wall
+        proc = subprocess.Popen([sys.executable, "-m", *argv, "--out", str(out)], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(moment)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        moments.append(round(moment, 2))
+        statuses.append(proc.returncode)
+        again = subprocess.run([sys.executable, "-m", *argv, "--out", str(out), *rerun_flag(out)], cwd=ROOT,
+                               env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, (moment, again.stderr[-2000:])
+        assert _outputs(out) == reference, moment
+    return moments, statuses
+
+
+@pytest.mark.slow
+def test_build_crg_killed_at_five_random_moments_resumes_to_the_uninterrupted_graph(tmp_path):
+    toy = ROOT / "crg" / "data" / "toy_captions.jsonl"
+    argv = ["crg.cli.build_crg", "--captions", str(toy), "--dump", "--quiet"]
+    moments, statuses = _kill_and_rerun(argv, tmp_path / "out",
+                                        lambda out: ["--resume"] if (out / "run.json").exists() else [])
+    print("build_crg kill moments (s), exit statuses:", moments, statuses)
+    assert -signal.SIGKILL in statuses, (moments, statuses)   # at least one kill came before the end
+
+
+@pytest.mark.slow
+def test_make_mcd_split_killed_at_five_random_moments_reruns_to_the_uninterrupted_split(tiny_world, tmp_path):
+    corpus = str(tiny_world / "captions.jsonl")
+    argv = ["crg.cli.make_mcd_split", "--train", corpus, "--train-split", "train", "--candidates", corpus,
+            "--candidate-splits", "test", "--parser", "world", "--num-images", "2",
+            "--num-random", "3", "--quiet"]
+    # make_mcd_split always starts over (it cannot resume): the rerun replaces what the killed run left
+    moments, statuses = _kill_and_rerun(argv, tmp_path / "out",
+                                        lambda out: ["--overwrite"] if out.exists() else [])
+    print("make_mcd_split kill moments (s), exit statuses:", moments, statuses)
+    assert -signal.SIGKILL in statuses, (moments, statuses)
