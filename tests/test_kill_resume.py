@@ -20,8 +20,6 @@ from conftest import ROOT
 from test_run_study import run_study, world_env  # noqa: F401  (fixtures)
 
 
-
-
 def _alive(pids: set[int]) -> set[int]:
     import psutil
 
@@ -175,11 +173,12 @@ def test_training_killed_at_a_random_point_resumes_to_the_uninterrupted_weights(
 
 # ---------------------------------------------------------------------------- graph and split commands
 def _without_timings(value):
-    """A JSON value without its wall-clock entries (``*seconds*``) and how much came from a cache (a rerun reads
+    """A JSON value without its wall-clock entries (``*seconds*``, ``*per_second``) and how much came from a cache (a rerun reads
     the parses and graphs the killed run cached), which differ run to run; the results stay."""
     if isinstance(value, dict):
         return {k: _without_timings(v) for k, v in value.items()
-                if "seconds" not in k and k not in ("graph_cache_hits", "num_parsed", "num_from_cache")}
+                if "seconds" not in k and not k.endswith("per_second")
+                and k not in ("graph_cache_hits", "num_parsed", "num_from_cache")}
     if isinstance(value, list):
         return [_without_timings(v) for v in value]
     return value
@@ -205,22 +204,22 @@ def _outputs(out) -> dict:
     return found
 
 
-def _kill_and_rerun(argv: list[str], out, rerun_flag, points: int = 5):
+def _kill_and_rerun(argv: list[str], out, rerun_flag, points: int = 5, *, outputs=_outputs, env=None):
     """Run ``argv`` once whole (the reference), then ``points`` times killed with SIGKILL at a seeded random
     moment of its wall time, each followed by the rerun a user would type (``rerun_flag(out)``); every rerun's
     outputs must be the reference's. Returns the kill moments (s) and the killed runs' exit statuses."""
     import random
     import shutil
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     ref = out.parent / "reference"
     for folder in (ref, out.parent / "warm"):  # the second run's time (parse and graph caches warm) sets the moments
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", *argv, "--out", str(folder)], cwd=ROOT, env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
         wall = time.monotonic() - started
-    reference = _outputs(ref)
-    assert _outputs(out.parent / "warm") == reference
+    reference = outputs(ref)
+    assert outputs(out.parent / "warm") == reference
     rng = random.Random(35)
     moments, statuses = [], []
     for _ in range(points):
@@ -235,10 +234,10 @@ def _kill_and_rerun(argv: list[str], out, rerun_flag, points: int = 5):
             proc.wait()
         moments.append(round(moment, 2))
         statuses.append(proc.returncode)
-        again = subprocess.run([sys.executable, "-m", *argv, "--out", str(out), *rerun_flag(out)], cwd=ROOT,
+        again = subprocess.run([sys.executable, "-m", *argv, "--out", str(out), *rerun_flag(out)], cwd=ROOT, check=False,
                                env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, (moment, again.stderr[-2000:])
-        assert _outputs(out) == reference, moment
+        assert outputs(out) == reference, moment
     return moments, statuses
 
 
@@ -262,4 +261,22 @@ def test_make_mcd_split_killed_at_five_random_moments_reruns_to_the_uninterrupte
     moments, statuses = _kill_and_rerun(argv, tmp_path / "out",
                                         lambda out: ["--overwrite"] if out.exists() else [])
     print("make_mcd_split kill moments (s), exit statuses:", moments, statuses)
+    assert -signal.SIGKILL in statuses, (moments, statuses)
+
+
+def _study_outputs(out) -> dict:
+    """Each run's ``study_result.json`` without timings and the training process's id, and the study's
+    completeness."""
+    runs = {p.parent.parent.name: _without_timings({k: v for k, v in json.loads(p.read_text()).items() if k != "pid"})
+            for p in sorted((out / "runs").glob("*/seed0/study_result.json"))}
+    return {"runs": runs, "complete": json.loads((out / "results.json").read_text())["study"]["complete"]}
+
+
+@pytest.mark.slow
+def test_the_study_killed_at_five_random_moments_reruns_to_the_uninterrupted_results(world_env):  # noqa: F811
+    root, env, _ = world_env
+    argv = ["composer.cli.study", "--data", "world", "--profile", "smoke", "--runs", "composer,vse,flat", "--jobs", "1"]
+    moments, statuses = _kill_and_rerun(argv, root / "kill5" / "out", lambda out: [], outputs=_study_outputs,
+                                        env=env)
+    print("study kill moments (s), exit statuses:", moments, statuses)
     assert -signal.SIGKILL in statuses, (moments, statuses)
