@@ -58,8 +58,9 @@ def test_killing_the_study_driver_stops_its_ray_workers_and_the_rerun_completes(
         time.sleep(0.5)
     assert workers, "the study ended or timed out before a Ray worker started a run"
     time.sleep(2)
-    started = {p.pid for p in driver.children(recursive=True)
-               if "composer.study.fate" not in " ".join(p.cmdline())}   # the watcher exits on its own
+    family = driver.children(recursive=True)
+    watchers = {p.pid for p in family if "composer.study.fate" in " ".join(p.cmdline())}
+    started = {p.pid for p in family} - watchers   # the watcher exits on its own, once done
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     until = time.monotonic() + 60
@@ -75,12 +76,41 @@ def test_killing_the_study_driver_stops_its_ray_workers_and_the_rerun_completes(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    assert watchers and not _alive(watchers)
     finished = {p.parent.parent.name for p in (out / "runs").glob("*/seed0/study_result.json")}
     time.sleep(3)
     assert {p.parent.parent.name for p in (out / "runs").glob("*/seed0/study_result.json")} == finished
     log = call(*args[:-1], "1")      # the rerun (in this process, one run at a time) trains what is missing
     assert sum(": training" in line for line in log) == 3 - len(finished)
     assert json.loads((out / "results.json").read_text())["study"]["complete"]
+
+
+def test_the_watcher_ends_what_a_killed_process_started_and_then_itself():
+    """composer.study.fate without Ray: a process that started a grandchild in its own session (as Ray's agents
+    are) is killed with SIGKILL; the watcher ends the grandchild, then exits."""
+    from composer.study.fate import watch
+
+    script = ("import subprocess, time; subprocess.Popen(['sleep', '300'], start_new_session=True); "
+              "time.sleep(300)")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
+    import psutil
+
+    deadline = time.monotonic() + 30
+    while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (sleeper,) = psutil.Process(parent.pid).children()
+    watcher = watch(parent.pid)
+    assert watch(parent.pid) is None                       # one watcher per process
+    time.sleep(3)                                          # it has seen the sleeper by now (every second)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    try:
+        watcher.wait(30)
+        assert not _alive({sleeper.pid}), "the grandchild outlived its killed parent"
+    finally:
+        if _alive({sleeper.pid}):
+            sleeper.kill()
+    assert watcher.returncode == 0
 
 
 # ---------------------------------------------------------------------------- training: kill -9 at random points
