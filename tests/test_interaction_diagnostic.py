@@ -1,6 +1,8 @@
 """The twin interaction diagnostic (issue 36): how much of a caption preference depends on the image, on
 constructed score matrices whose answer is known."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,25 @@ def test_the_retrieval_summary_prints_it_beside_the_twin_scores():
     text = format_retrieval_table({"test": report})
     assert "image dependence of the caption preference 0.50 (relation 0.00, binding 1.00)" in text
     assert "same caption on both images 50.0%" in text
+
+
+def test_training_and_gc_evaluate_report_it_for_the_world_twin_groups(tmp_path, monkeypatch):
+    """A tiny VSE trained on the compositional world: results.json's twin groups carry the diagnostic, and
+    ``gc-evaluate`` on the same test split reports the same twin scores and diagnostic."""
+    from composer.cli import evaluate, train_baseline
+
+    monkeypatch.setenv("GC_DATA_DIR", str(tmp_path / "data"))
+    world = ["--data", "world", "--world-images", "80"]
+    run = tmp_path / "vse"
+    assert train_baseline.main(["--model", "vse", *world, "--preset", "tiny", "--batch-size", "8", "--max-regions",
+                                "6", "--eval-images", "6", "--epochs", "1", "--max-steps", "2", "--lr", "1e-3",
+                                "--accelerator", "cpu", "--quiet", "--out", str(run)]) == 0
+    trained = json.loads((run / "results.json").read_text())["test"]["twins"]
+    assert trained["groups"] > 0 and trained["interaction"]["groups"] == trained["groups"]
+    out = tmp_path / "eval.json"
+    assert evaluate.main(["--model", str(run / "model"), *world, "--split", "test", "--eval-images", "6",
+                          "--max-regions", "6", "--no-phrases", "--quiet", "--out", str(out)]) == 0
+    evaluated = json.loads(out.read_text())["twins"]
+    assert evaluated["interaction"] == trained["interaction"]
+    assert {k: evaluated[k] for k in ("text", "image", "group", "groups")} == \
+        {k: trained[k] for k in ("text", "image", "group", "groups")}
