@@ -340,7 +340,7 @@ class ClipModel(PretrainedModel, nn.Module):
         if kind is not None and (kind not in KINDS or (kind in ("clip", "negclip") and use_codebook)
                                  or (kind == "codebook_clip" and not use_codebook)):
             raise ValueError(f"ClipModel kind={kind!r} with use_codebook={use_codebook}: kind is one of {KINDS} "
-                             f"(or None); 'clip' and 'negclip' have no codebook, 'codebook_clip' has one, "
+                             f"(or None); 'clip' has no codebook (nor has 'negclip'), 'codebook_clip' has one, "
                              f"'il_clip' either")
         super().__init__()
         self.config = cfg
