@@ -268,5 +268,5 @@ for _kind in ("clip", "codebook_clip", "il_clip", "negclip"):
                        "f30k": {"preset": "paper"}, "coco": {"preset": "paper"}},
         region_dim_field="region_dim", step_schedule="composer.models.clip.iterated_learning:"
                                                      + ("negclip_config" if _kind == "negclip" else "il_config"),
-        cli_options=("il_preset",), checkpoint_extras="composer.models.clip.model:checkpoint_extras"))
+        cli_options=("il_preset", "negclip"), checkpoint_extras="composer.models.clip.model:checkpoint_extras"))
 del _kind
