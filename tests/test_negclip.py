@@ -193,3 +193,42 @@ def test_clip_without_negclip_is_unchanged():
 
     txt = m.model.text_features(*m.model.tokenize(_sentences(batch, range(6))))[0]
     assert torch.allclose(out.loss, clip_contrastive_loss(img, txt, m.model.scale()).loss, atol=1e-6)
+
+
+def _steps(m, opt, batches, steps):
+    for step in steps:
+        loss = m.step_loss(batches[step], m.phase_at(step), step)
+        opt.zero_grad(set_to_none=True)
+        loss.total.backward()
+        opt.step()
+
+
+def test_the_pool_travels_in_checkpoints_so_a_resumed_run_is_exact():
+    tok = _module().tokenizer
+    # six batches over a sliding window of images: the pool holds earlier ones, so neighbours are found
+    batches = [_batch(tok, SENTENCES, [0, 0, 0, 1, 2, 3], seed=k, image_ids=[f"im{k + j}" for j in range(4)])
+               for k in range(6)]
+    full = _module()
+    _steps(full, full.make_optimizer(), batches, range(6))
+
+    def resumed(restore_pool: bool):
+        first = _module()
+        opt = first.make_optimizer()
+        _steps(first, opt, batches, range(3))
+        ckpt = {}
+        first.on_save_checkpoint(ckpt)
+        assert ckpt["negclip_image_pool"]["image_ids"] == first.image_pool.image_ids and len(first.image_pool) == 6
+        second = _module()
+        second.load_state_dict(first.state_dict())
+        opt2 = second.make_optimizer()
+        opt2.load_state_dict(opt.state_dict())
+        if restore_pool:
+            second.on_load_checkpoint(ckpt)
+        _steps(second, opt2, batches, range(3, 6))
+        return second
+
+    again = resumed(True)
+    assert all(torch.equal(v, full.state_dict()[k]) for k, v in again.state_dict().items())
+    assert again.image_pool.image_ids == full.image_pool.image_ids
+    lost = resumed(False)                                              # without the pool the run differs
+    assert not all(torch.equal(v, full.state_dict()[k]) for k, v in lost.state_dict().items())
