@@ -15,6 +15,7 @@ from composer.training.structural_negatives import (StructuralNegativeConfig, St
 from features.world.compositional import HeldOut, caption_compounds
 from features.world.generate import load_scenes
 from features.world.grammar import parse_caption
+from features.world.scene import WorldConfig
 from features.world.semantics import holds
 
 torch.set_num_threads(1)
@@ -55,12 +56,12 @@ def test_training_negatives_are_false_of_their_image_and_never_a_held_out_compou
     kinds_seen, total = set(), 0
     for image_id, caption in _training_captions(world):
         for text in source.negatives(image_id, caption):
-            lf = parse_caption(text, source.generator.world)
+            lf = parse_caption(text, WorldConfig())
             assert lf is not None and not holds(scenes[image_id], lf), (image_id, caption, text)
             assert not held.holds_any(caption_compounds(lf, held.attribute_kind)), (caption, text)
             assert normalize_text(text) != normalize_text(caption)
             total += 1
-        kinds_seen.update(n.type for n in source.generator.caption_negatives(image_id, caption).negatives)
+        kinds_seen.update(n.type for n in source.verified.generator.caption_negatives(image_id, caption).negatives)
     assert total > 100 and kinds_seen == set(ALL)
     # the held-out filter is not idle: the generator alone names held-out compounds in some negatives
     assert source.stats.dropped.get("mentions a held-out compound", 0) > 0, source.describe()
@@ -130,7 +131,7 @@ def test_batches_hold_verified_negatives_in_extra_columns_and_leave_the_others_a
                     valid_seen += 1
                     assert truth.is_true(text, image_id) is False
                     assert normalize_text(text) not in eval_texts
-                    lf = parse_caption(text, dm.structural.generator.world)
+                    lf = parse_caption(text, WorldConfig())
                     assert not held.holds_any(caption_compounds(lf, held.attribute_kind))
     assert valid_seen > 10
 

@@ -8,10 +8,14 @@ HN-COMP on the caption's logical form, checked against the scene graph before an
 
 A training negative is kept only when
 
-* it is false of its image (the generator's check, repeated here on the realised text with the world's
-  exact truth: a negative true of its image would teach the wrong thing);
+* it is false of its image (the generator's check, repeated on the realised text with the world's exact
+  truth: a negative true of its image would teach the wrong thing);
 * it mentions no held-out compound of a compositional world (``world.json``'s ``held_out``): a model must
   not meet a held-out colour-shape pair or relation fact in training, not even as a negative;
+
+(both in :mod:`features.world.training_negatives`, reached through :func:`features.catalog.world_training_negatives`)
+and
+
 * it is no evaluation caption (any caption of the validation and test sets, case and spacing aside).
 
 Negatives are made lazily, per training caption, and kept (deterministic: the generator seeds each
@@ -20,10 +24,9 @@ Negatives are made lazily, per training caption, and kept (deterministic: the ge
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["STRUCTURAL_KINDS", "StructuralNegativeConfig", "StructuralNegativeSource", "normalize_text"]
@@ -81,18 +84,6 @@ def normalize_text(text: str) -> str:
     return " ".join(text.lower().replace(",", " ").replace(".", " ").split())
 
 
-@dataclass
-class _Stats:
-    """Candidates the filters dropped (logged once per run: what the option really gave)."""
-
-    captions: int = 0
-    kept: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
-
-    def drop(self, why: str) -> None:
-        self.dropped[why] = self.dropped.get(why, 0) + 1
-
-
 class StructuralNegativeSource:
     """Verified-false negatives of training captions of a generated world, filtered as the module says.
 
@@ -103,57 +94,32 @@ class StructuralNegativeSource:
     """
 
     def __init__(self, world_dir: str | Path, cfg: StructuralNegativeConfig, banned_texts: Iterable[str] = ()):
-        from features.world.compositional import HeldOut
-        from features.world.generate import load_scenes
-        from features.world.hard_negatives import WorldHardNegatives, WorldNegativeConfig
-        from features.world.truth import WorldTruth
+        from features.catalog import world_training_negatives
 
-        world_dir = Path(world_dir)
-        if not (world_dir / "scenes.jsonl.gz").exists():
-            raise FileNotFoundError(f"structural negatives need the world's scene graphs: {world_dir / 'scenes.jsonl.gz'} "
-                                    f"is missing")
         self.cfg = cfg
-        scenes = load_scenes(world_dir / "scenes.jsonl.gz")
-        meta = json.loads((world_dir / "world.json").read_text()) if (world_dir / "world.json").exists() else {}
-        held = meta.get("held_out")
-        self.held_out = None if not held else HeldOut(
-            held["attribute_kind"], frozenset(map(tuple, held["attributes"])), frozenset(map(tuple, held["relations"])))
-        self.truth = WorldTruth(scenes)
-        self.generator = WorldHardNegatives(scenes, config=WorldNegativeConfig(
-            types=cfg.kinds, per_type=cfg.per_type, seed=cfg.seed, distractor_images=0))
+        # verified false of the image and free of held-out compounds (the world's checks, in features/)
+        self.verified = world_training_negatives(world_dir, cfg.kinds, per_type=cfg.per_type, seed=cfg.seed)
         self.banned = {normalize_text(t) for t in banned_texts}
         self._cache: dict[tuple[str, str], tuple[str, ...]] = {}
-        self.stats = _Stats()
+
+    @property
+    def stats(self):
+        """Kept and dropped negatives by reason (``features.world.training_negatives.TrainingNegativeStats``)."""
+        return self.verified.stats
 
     def negatives(self, image_id: str, caption: str) -> tuple[str, ...]:
         """The kept negatives of one training caption of ``image_id`` (possibly none)."""
         key = (image_id, caption)
         if key not in self._cache:
-            self._cache[key] = tuple(self._make(image_id, caption))
-        return self._cache[key]
-
-    def _make(self, image_id: str, caption: str) -> list[str]:
-        from features.world.compositional import caption_compounds
-        from features.world.grammar import parse_caption
-
-        self.stats.captions += 1
-        kept = []
-        for neg in self.generator.caption_negatives(image_id, caption).negatives:
-            text = neg.text
-            if normalize_text(text) in self.banned:
-                self.stats.drop("an evaluation caption")
-                continue
-            if self.truth.is_true(text, image_id) is not False:
-                self.stats.drop("not verifiably false of its image")
-                continue
-            if self.held_out is not None:
-                lf = parse_caption(text, self.generator.world)
-                if lf is None or self.held_out.holds_any(caption_compounds(lf, self.held_out.attribute_kind)):
-                    self.stats.drop("mentions a held-out compound")
+            kept = []
+            for text in self.verified.negatives(image_id, caption):
+                if normalize_text(text) in self.banned:
+                    self.stats.drop("an evaluation caption")
+                    self.stats.kept -= 1
                     continue
-            kept.append(text)
-        self.stats.kept += len(kept)
-        return kept
+                kept.append(text)
+            self._cache[key] = tuple(kept)
+        return self._cache[key]
 
     def describe(self) -> str:
         s = self.stats
