@@ -364,20 +364,29 @@ class CompositionDataModule(L.LightningDataModule):
         return self._structural_programs
 
     def _structural_choices(self, positives: list[int], rng: np.random.Generator) -> list[list[str]]:
-        """Per positive, its drawn structural negatives (at most ``per_caption``; [] when not drawn)."""
+        """Per positive, its drawn structural negatives (at most ``per_caption``; [] when not drawn). Only the
+        drawn ones are parsed (a negative whose parse fails is replaced by the next in the drawn order)."""
         cfg = self.cfg.structural_negatives
         g = self.graphs["train"]
-        own = [self.structural.negatives(self.train_caption_image[c], g.caption_texts[c]) for c in positives]
-        programs = self._programs_of([t for texts in own for t in texts])
-        out = []
-        for texts in own:
-            usable = [t for t in texts if programs.get(t) is not None]
-            if rng.random() >= cfg.rate or not usable:
-                out.append([])
-                continue
-            pick = rng.choice(len(usable), size=min(cfg.per_caption, len(usable)), replace=False)
-            out.append([usable[int(k)] for k in pick])
-        return out
+        orders = []
+        for c in positives:
+            texts = self.structural.negatives(self.train_caption_image[c], g.caption_texts[c])
+            drawn = rng.random() < cfg.rate  # drawn before the order, so that rate does not shift the streams
+            orders.append([texts[int(k)] for k in rng.permutation(len(texts))] if drawn and texts else [])
+        chosen = [order[:cfg.per_caption] for order in orders]
+        nxt = [cfg.per_caption] * len(orders)
+        while True:
+            programs = self._programs_of([t for row in chosen for t in row])
+            short = False
+            for r, order in enumerate(orders):
+                kept = [t for t in chosen[r] if programs.get(t) is not None]
+                while len(kept) < min(cfg.per_caption, len(order)) and nxt[r] < len(order):
+                    kept.append(order[nxt[r]])  # parsed on the next pass
+                    nxt[r] += 1
+                    short = True
+                chosen[r] = kept
+            if not short:
+                return [[t for t in row if programs.get(t) is not None] for row in chosen]
 
     # ------------------------------------------------------------------ training batches
     def train_dataloader(self) -> DataLoader:
