@@ -349,6 +349,10 @@ class CompositionDataModule(L.LightningDataModule):
         banned = texts_of([r for r in self.roles() if r != "train"], self.graphs)
         source = StructuralNegativeSource(spec.world_dir, self.cfg.structural_negatives, banned)
         self._structural_programs: dict[str, ConceptProgram | None] = {}
+        sn = self.cfg.structural_negatives
+        logger.info("structural negatives on: %s, %d per caption at rate %.2f (verified false of the image; no "
+                    "held-out compound; none of the %d evaluation captions)", ", ".join(sn.kinds), sn.per_caption,
+                    sn.rate, len(source.banned))
         return source
 
     def _programs_of(self, texts: list[str]) -> dict[str, ConceptProgram | None]:
