@@ -375,8 +375,9 @@ class CompositionDataModule(L.LightningDataModule):
         orders = []
         for c in positives:
             texts = self.structural.negatives(self.train_caption_image[c], g.caption_texts[c])
-            drawn = rng.random() < cfg.rate  # drawn before the order, so that rate does not shift the streams
-            orders.append([texts[int(k)] for k in rng.permutation(len(texts))] if drawn and texts else [])
+            drawn = rng.random() < cfg.rate
+            order = [texts[int(k)] for k in rng.permutation(len(texts))]  # either way: rate shifts no stream
+            orders.append(order if drawn else [])
         chosen = [order[:cfg.per_caption] for order in orders]
         nxt = [cfg.per_caption] * len(orders)
         while True:

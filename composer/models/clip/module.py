@@ -191,9 +191,10 @@ class ClipModule(RetrievalModule):
         return StepLoss(total, contrastive, distill, i2t, t2i)
 
     def contrastive(self, model: ClipModel, batch, step: int, *, frozen_codebook: bool = False,
-                    pool: ImagePool | None = None):
+                    pool: ImagePool | None = None, hard_negatives: bool = True):
         """CLIP's InfoNCE over the batch's B positive pairs (+ NegCLIP's word swaps when configured, + the
-        nearest images of ``pool``, which then takes this batch's images, + the batch's structural negatives)."""
+        nearest images of ``pool``, which then takes this batch's images, + the batch's structural negatives;
+        ``hard_negatives=False``: none of them, plain CLIP)."""
         pos_image, pos_caption = batch.pair_image[:, 0].long(), batch.pair_caption[:, 0].long()   # (B,), (B,)
         images, image_slot = torch.unique(pos_image, return_inverse=True)
         device = model.logit_scale.device
@@ -203,13 +204,13 @@ class ClipModule(RetrievalModule):
         B = pos_caption.shape[0]
         sentences = _sentences(batch, pos_caption.tolist())
         hard, hard_valid = None, None
-        if self.il.text_swaps:
+        if self.il.text_swaps and hard_negatives:
             swapped = negclip_text_swaps(batch, pos_caption.tolist(), pos_image.tolist(),
                                          np.random.default_rng([self.seed, step, 11]))
             hard_valid = torch.tensor([s is not None for s in swapped], device=device)
             sentences = sentences + [s if s is not None else "" for s in swapped]
         own_hard, own_valid = None, None
-        S = getattr(batch, "structural_negatives", 0)
+        S = getattr(batch, "structural_negatives", 0) if hard_negatives else 0
         if S:  # the last S caption-negative columns: verified false of the row's own image
             kc = batch.num_caption_negatives
             structural = batch.pair_caption[:, 1 + kc - S:1 + kc].long()                             # (B, S)
@@ -300,7 +301,8 @@ class ClipModule(RetrievalModule):
     # ------------------------------------------------------------------ §4.4: easy to learn
     def easy_to_learn_probe(self, batches, *, steps: int, lr: float | None = None, seed: int = 0) -> ProbeCurve:
         """Train a new language agent against this model's frozen vision agent (and codebook, and
-        temperature) with the contrastive loss; return its in-batch accuracy at each step (Figure 4).
+        temperature) with plain CLIP's contrastive loss (no NegCLIP or structural negatives, whatever
+        the model trained with); return its in-batch accuracy at each step (Figure 4).
 
         The new agent's initial weights depend on ``seed`` only, so probes of different models start
         from the same agent, as in the paper. The module itself is not changed.
@@ -319,7 +321,8 @@ class ClipModule(RetrievalModule):
         curve = ProbeCurve()
         device = model.logit_scale.device
         for _, batch in zip(range(steps), batches):
-            out = self.contrastive(model, batch.to(device), 0, frozen_codebook=True)
+            # plain CLIP for every model: the probe compares vision agents, not training losses
+            out = self.contrastive(model, batch.to(device), 0, frozen_codebook=True, hard_negatives=False)
             curve.accuracy.append(float(out.image_to_text))
             curve.text_to_image.append(float(out.text_to_image))
             curve.loss.append(out.loss.item())
