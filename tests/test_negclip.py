@@ -232,3 +232,22 @@ def test_the_pool_travels_in_checkpoints_so_a_resumed_run_is_exact():
     assert again.image_pool.image_ids == full.image_pool.image_ids
     lost = resumed(False)                                              # without the pool the run differs
     assert not all(torch.equal(v, full.state_dict()[k]) for k, v in lost.state_dict().items())
+
+
+def test_a_long_running_pool_keeps_matching_brute_force():
+    """Many pushes (the id table is rebuilt on the way): neighbours and contents stay those of a naive FIFO."""
+    g = torch.Generator().manual_seed(5)
+    pool, fifo = ImagePool(size=6), []
+    for step in range(40):
+        ids = [f"im{(step * 3 + j) % 50}" for j in range(3)]              # 50 images, back now and then
+        emb = torch.randn(3, 4, generator=g)
+        queries = torch.randn(3, 4, generator=g)
+        if fifo:
+            got = pool.neighbours(queries, ids, 2, exclude=ids)
+            assert got.image_ids == _naive_neighbours([i for i, _ in fifo], [e for _, e in fifo], queries, ids, 2,
+                                                      set(ids))
+        pool.push(emb, ids)
+        fifo = [(i, e) for i, e in fifo if i not in ids] + list(zip(ids, emb))
+        fifo = fifo[-6:]
+        assert pool.image_ids == [i for i, _ in fifo]
+    assert len(pool._codes) <= 4 * 6 + 2 * 12                          # the table was rebuilt, not grown

@@ -45,6 +45,15 @@ class ImagePool:
         self.size = size
         self.embeddings: torch.Tensor | None = None  # (P, E), oldest first
         self.image_ids: list[str] = []                # (P,)
+        self._codes: dict[str, int] = {}              # image id -> an integer, for tensor comparisons
+
+    def _code(self, image_ids: Sequence[str]) -> torch.Tensor:
+        """(N,) long: each id's integer (new ids get new ones; the table is rebuilt when it outgrows the pool)."""
+        if len(self._codes) > 4 * self.size + len(image_ids):
+            self._codes = {i: k for k, i in enumerate(dict.fromkeys(self.image_ids))}
+        for i in image_ids:
+            self._codes.setdefault(i, len(self._codes))
+        return torch.tensor([self._codes[i] for i in image_ids], dtype=torch.long)
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -60,11 +69,11 @@ class ImagePool:
             raise ValueError("push: image ids must be distinct within one call")
         new = F.normalize(embeddings.detach().float(), dim=-1)                        # (N, E)
         if self.embeddings is not None:
-            fresh = set(image_ids)
-            keep = [k for k, i in enumerate(self.image_ids) if i not in fresh]
-            old = self.embeddings.to(new.device)[keep]                                 # (P', E)
+            codes = self._code([*self.image_ids, *image_ids])                          # one table for both
+            keep = ~torch.isin(codes[:len(self)], codes[len(self):])                   # (P,) not seen again
+            old = self.embeddings.to(new.device)[keep.to(new.device)]                  # (P', E)
             new = torch.cat([old, new])                                                # (P' + N, E)
-            image_ids = [self.image_ids[k] for k in keep] + list(image_ids)
+            image_ids = [i for i, k in zip(self.image_ids, keep.tolist()) if k] + list(image_ids)
         self.embeddings = new[-self.size:]
         self.image_ids = list(image_ids)[-self.size:]
 
@@ -89,19 +98,21 @@ class ImagePool:
             return PoolNeighbours(out_emb, out_valid, out_ids)
         pool = self.embeddings.to(device=device, dtype=torch.float32)                  # (P, E)
         sim = F.normalize(queries.detach().float(), dim=-1) @ pool.T                   # (B, P)
-        banned = set(exclude)
-        shared = torch.tensor([i in banned for i in self.image_ids], device=device)     # (P,)
-        own = torch.tensor([[p == q for p in self.image_ids] for q in query_ids], device=device)  # (B, P)
-        sim = sim.masked_fill(shared[None, :] | own, float("-inf"))
+        P, X = len(self), len(exclude)
+        codes = self._code([*self.image_ids, *exclude, *query_ids])                    # one table for all three
+        pooled = codes[:P]                                                             # (P,)
+        shared = torch.isin(pooled, codes[P:P + X])                                    # (P,)
+        own = codes[P + X:, None] == pooled[None, :]                                   # (B, P)
+        sim = sim.masked_fill((shared[None, :] | own).to(device), float("-inf"))
         top = sim.topk(min(k, len(self)), dim=1)                                       # (B, k')
         got = torch.isfinite(top.values)                                               # (B, k')
         kk = top.indices.shape[1]
         out_emb[:, :kk] = pool[top.indices] * got[..., None]
         out_valid[:, :kk] = got
-        for b in range(B):
+        for b, (row, ok) in enumerate(zip(top.indices.tolist(), got.tolist())):
             for j in range(kk):
-                if got[b, j]:
-                    out_ids[b][j] = self.image_ids[int(top.indices[b, j])]
+                if ok[j]:
+                    out_ids[b][j] = self.image_ids[row[j]]
         return PoolNeighbours(out_emb, out_valid, out_ids)
 
     def state_dict(self) -> dict:
@@ -113,3 +124,4 @@ class ImagePool:
         self.size = int(state["size"])
         self.image_ids = list(state["image_ids"])
         self.embeddings = state["embeddings"]
+        self._codes = {}
