@@ -15,7 +15,11 @@ Runs (:data:`RUNS`), by the table they fill (Zhang et al. 2021 = COMPOSER; Zheng
   COMPOSER, on for the flat model), Table 6 (PT / CT depth around the preset's), Table 7 (parses pruned
   with probability 0.1 / 0.3 / 0.5);
 * IL-CLIP Table 4: spawn the vision agent / alternate, codebook not frozen during distillation, no
-  codebook, generation cycles halved / doubled at the same total steps.
+  codebook, generation cycles halved / doubled at the same total steps;
+* issue 36: ``il_negclip`` (Table 8's IL-NegCLIP), structural negatives for every model (``*_structneg``: the
+  world's verified-false captions as extra caption negatives) and leave-one-kind-out variants
+  (``composer_structneg_no_swap`` ...), scored with twin groups (and their interaction diagnostic) and hard
+  negatives.
 
 Profiles (:data:`PROFILES`): ``smoke`` (tests: a tiny world, a few steps, ``tiny`` models), ``cpu``
 (fits in 90 minutes on 2 CPU cores: see :data:`CPU_BUDGET_NOTE`), ``gpu`` (paper-like sizes: the
