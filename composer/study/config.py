@@ -9,12 +9,17 @@ then fixes the data sizes and the training length.
 Runs (:data:`RUNS`), by the table they fill (Zhang et al. 2021 = COMPOSER; Zheng et al. 2024 = IL-CLIP):
 
 * main models (COMPOSER Table 2 / Figure 4; IL-CLIP Table 1): ``composer``, ``vse``, ``flat``,
-  ``clip``, ``codebook_clip``, ``il_clip`` (and ``negclip``, word-swap text negatives, in the gpu profile);
+  ``clip``, ``codebook_clip``, ``il_clip`` (and ``negclip``: word-swap text negatives and pool-neighbour image
+  negatives, in the gpu profile);
 * COMPOSER Table 3 (primitive CrossAtt off), Table 4 (Replace / MLP modulators), Table 5 (MVSA off for
   COMPOSER, on for the flat model), Table 6 (PT / CT depth around the preset's), Table 7 (parses pruned
   with probability 0.1 / 0.3 / 0.5);
 * IL-CLIP Table 4: spawn the vision agent / alternate, codebook not frozen during distillation, no
-  codebook, generation cycles halved / doubled at the same total steps.
+  codebook, generation cycles halved / doubled at the same total steps;
+* issue 36: ``il_negclip`` (Table 8's IL-NegCLIP), structural negatives for every model (``*_structneg``: the
+  world's verified-false captions as extra caption negatives) and leave-one-kind-out variants
+  (``composer_structneg_no_swap`` ...), scored with twin groups (and their interaction diagnostic) and hard
+  negatives.
 
 Profiles (:data:`PROFILES`): ``smoke`` (tests: a tiny world, a few steps, ``tiny`` models), ``cpu``
 (fits in 90 minutes on 2 CPU cores: see :data:`CPU_BUDGET_NOTE`), ``gpu`` (paper-like sizes: the
@@ -120,6 +125,9 @@ class StudyRun:
             raise ValueError(f"run {self.name!r}: IL settings apply to the CLIP family only, not {self.model!r}")
 
 
+_STRUCTURAL_KINDS = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")  # composer.training.structural_negatives.STRUCTURAL_KINDS
+_STRUCTURAL_EVALS = ("test", "hard_negatives")  # twin groups come with test; hard negatives: per kind, transfer
+
 RUNS: tuple[StudyRun, ...] = (
     # main models: COMPOSER Table 2 and Figure 4, IL-CLIP Table 1
     StudyRun("composer", "composer", "COMPOSER", evals=(*_ALL, "val")),
@@ -128,7 +136,7 @@ RUNS: tuple[StudyRun, ...] = (
     StudyRun("clip", "clip", "CLIP", evals=_ALL),
     StudyRun("codebook_clip", "codebook_clip", "Codebook-CLIP", evals=_ALL),
     StudyRun("il_clip", "il_clip", "IL-CLIP", evals=_ALL),
-    StudyRun("negclip", "clip", "NegCLIP (word-swap text negatives)", il={"text_hard_negatives": True},
+    StudyRun("negclip", "negclip", "NegCLIP (word swaps + pool-neighbour images; sees twice the text)",
              evals=("test", "mcd", "hard_negatives")),
     # COMPOSER Table 3: primitive encoding without CrossAtt
     StudyRun("composer_no_crossatt", "composer", "COMPOSER, no primitive CrossAtt",
@@ -170,6 +178,19 @@ RUNS: tuple[StudyRun, ...] = (
              il={"freeze_codebook": False}, evals=("test", "hard_negatives")),
     StudyRun("il_no_codebook", "il_clip", "IL-CLIP without codebook", il={"use_codebook": False},
              evals=("test", "hard_negatives")),
+    # issue 36: IL-CLIP Table 8's IL-NegCLIP (the same NegCLIP switch on IL-CLIP), and structural negatives (the
+    # world's verified-false HN-ATOM / SWAP / NEG / COMP captions as extra caption negatives) for every model,
+    # with leave-one-kind-out variants (transfer to the kind not trained on)
+    StudyRun("il_negclip", "il_clip", "IL-NegCLIP (IL-CLIP + NegCLIP's negatives; sees twice the text)",
+             il={"negclip": True}, evals=("test", "mcd", "hard_negatives")),
+    *(StudyRun(f"{model}_structneg", model, f"{label} + structural negatives",
+               overrides={"structural_negatives": {"kinds": _STRUCTURAL_KINDS}}, evals=_STRUCTURAL_EVALS)
+      for model, label in (("composer", "COMPOSER"), ("flat", "Flat cross-modal"), ("vse", "VSE"), ("clip", "CLIP"),
+                           ("negclip", "NegCLIP"))),
+    *(StudyRun(f"{model}_structneg_no_{kind[3:].lower()}", model, f"{label} + structural negatives except {kind}",
+               overrides={"structural_negatives": {"kinds": tuple(k for k in _STRUCTURAL_KINDS if k != kind)}},
+               evals=_STRUCTURAL_EVALS)
+      for model, label in (("composer", "COMPOSER"), ("clip", "CLIP")) for kind in _STRUCTURAL_KINDS),
 )
 _BY_NAME = {r.name: r for r in RUNS}
 assert len(_BY_NAME) == len(RUNS), "run names must be unique"
