@@ -26,6 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from composer.evaluation.caption_subsets import length_bucket_labels
+
 __all__ = [
     "COLUMN_KINDS",
     "FIGURE4_ROWS",
@@ -288,6 +290,7 @@ def _ceiling(role: str, oracle: str, k: int = 1) -> tuple[str, ...]:
     """Path of an oracle's single-positive R@k on a set (the report's ``ceilings``)."""
     return (role, "ceilings", oracle, "sentence", f"R@{k}")
 _HN = ("hard_negatives",)
+_LENGTH_BUCKETS = tuple(length_bucket_labels())  # caption lengths in words: 1-6, 7-9, ...
 
 TABLES: tuple[TableSpec, ...] = (
     TableSpec("composer_table2",
@@ -313,11 +316,19 @@ TABLES: tuple[TableSpec, ...] = (
                    "The oracle columns are what exact truth, a bag of bound objects (roles ignored) and a bag of "
                    "words reach on the same set (single-positive R@1, ties broken at random); they are the same "
                    "for every model and bound what structure can be worth on the set."),
+    TableSpec("gap_by_length", "Generalisation gap within caption-length buckets: in-domain and systematic R@1",
+              _MAIN_ROWS,
+              tuple(Column(f"{label} {bucket}", (role, "sentence_by_length", bucket, "R@1"))
+                    for bucket in _LENGTH_BUCKETS for role, label in (("test", "in-domain"), ("systematic", "syst."))),
+              note="Words per caption; each cell is R@1 over the captions of that length in the set (a bucket with "
+                   "few captions is noisy: their counts are in each run's results.json). Systematic captions tend "
+                   "to be longer (docs/world.md), so a gap read within buckets compares like with like."),
     TableSpec("twin_groups", "Minimal-pair twin groups (Winoground scores), in-domain and systematic",
               _MAIN_ROWS,
               tuple(Column(f"{label} {score}", (role, "twins", score)) for role, label in
                     (("test", "in-domain"), ("systematic", "systematic")) for score in ("text", "image", "group"))
-              + tuple(Column(f"systematic {kind} group", ("systematic", "twins", kind, "group"))
+              + tuple(Column(f"{label} {kind} group", (role, "twins", kind, "group"))
+                      for role, label in (("test", "in-domain"), ("systematic", "systematic"))
                       for kind in ("relation", "binding")),
               note="A twin group: two captions with the same words and different truths (relation direction, "
                    "attribute binding) and the two images each is true of (the counterfactual twin re-rendered). "
