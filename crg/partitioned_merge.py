@@ -1,0 +1,429 @@
+"""A distributed merge of shard parts into the columnar graph: no process holds the whole graph.
+
+The default engine numbers concepts, predicates and derivations by first occurrence in corpus order. Shards
+are contiguous pieces of the corpus and each part lists its keys in first-occurrence order, so a key's global
+id is the rank of its first occurrence ``(shard, local id)``: new keys of shard ``s`` get ids from
+``base[s]`` = the keys first seen in earlier shards, in local-id order. That is computed without a global
+dictionary:
+
+1. **scan** -- keys are hash-partitioned (``crc32 % P``); each :class:`KeyPartition` (a Ray actor, or an object
+   in one process) reads its keys of every shard in shard order, keeps a dictionary of *its* keys only and
+   records which local ids are new in each shard (written to a file), returning the per-shard counts.
+2. **base** -- the driver sums the counts: ``base = cumsum`` (one integer per shard).
+3. **assign** -- each partition reads every partition's new-id lists (small integer arrays), ranks its own new
+   keys within their shard, and writes, per shard, the global id of each of its local keys (a *map piece*).
+4. **write** -- each partition writes its keys' rows (strings, kinds, labels, derivation rows) into the final
+   memory-mapped arrays at their global ids; ragged rows in two passes (lengths, the driver's running sum of
+   them in fixed-size chunks, then values).
+
+Concepts and predicates go through this first; then each shard's derivations are rewritten in global concept
+and predicate ids (:func:`remap_shard`) and go through it as keys of their own; then each shard writes its
+captions' slice of the caption arrays (:func:`write_shard_captions`), and gid ranges of concepts their
+denotations (:func:`denotation_range`). Image ids go through a scan too, to refuse an id given twice.
+
+The result equals :meth:`crg.graph.GraphBuilder.add_part` over the parts in order, which equals the default
+engine's graph (``tests/test_crg_scale.py`` checks every array and string table). The driver holds a few
+integers per shard and per chunk, never a table.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from crg.graph_store import ColumnarWriter
+from crg.shard_parts import PartSummary, key_hashes, load_part
+
+__all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "merge_parts", "remap_shard", "write_shard_captions",
+           "denotation_range", "running_sum"]
+
+TABLES = ("concepts", "predicates", "derivations", "images")
+_KEYS = {"concepts": ("c_off", "c_utf8", "c_hash"), "predicates": ("p_off", "p_utf8", "p_hash"),
+         "images": ("img_off", "img_utf8", "img_hash")}
+_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """Where the merge reads and writes: shard parts, its own working files, the final graph's pieces."""
+
+    shard_dir: str
+    work_dir: str
+    graph_tmp: str          # the ColumnarWriter's folder of pieces
+    num_shards: int
+    num_partitions: int
+
+    def piece(self, name: str) -> Path:
+        return Path(self.graph_tmp) / f"{name}.npy"
+
+    def work(self, name: str) -> Path:
+        return Path(self.work_dir) / name
+
+
+def _open(path: Path) -> np.ndarray:
+    return np.load(path, mmap_mode="r+")
+
+
+def _shard_keys(plan: MergePlan, table: str, shard: int) -> tuple[np.ndarray, bytes, np.ndarray]:
+    if table == "derivations":
+        with np.load(plan.work(f"{shard:05d}.dkeys.npz")) as data:
+            return data["off"], data["vals"].tobytes(), data["hash"]
+    off, utf8, h = _KEYS[table]
+    part = load_part(plan.shard_dir, shard, [off, utf8, h])
+    return part[off], part[utf8].tobytes(), part[h]
+
+
+class KeyPartition:
+    """One hash partition of one key table: its keys' first occurrences, global ids and rows (module docstring)."""
+
+    def __init__(self, plan: MergePlan, table: str, index: int, unique: bool = False):
+        self.plan, self.table, self.index, self.unique = plan, table, index, unique
+        self.keys: list[bytes] = []
+        self.occurrences: list[tuple[np.ndarray, np.ndarray]] = []  # per shard: (local ids, entry ids)
+        self.first_shard: list[int] = []
+        self.kinds: np.ndarray | None = None
+        self.labels: list[bytes] = []
+        self.gids: np.ndarray | None = None
+
+    def scan(self) -> list[int]:
+        """Step 1: read this partition's keys of every shard; returns the count of new keys per shard."""
+        plan, p, n_part = self.plan, self.index, self.plan.num_partitions
+        ids: dict[bytes, int] = {}
+        kind_entries, kind_bits = [], []
+        new_ptr, new_locals, counts = [0], [], []
+        for s in range(plan.num_shards):
+            off, blob, hashes = _shard_keys(plan, self.table, s)
+            mine = np.flatnonzero(hashes % n_part == p)                     # (m,) local ids of this partition
+            extra = load_part(plan.shard_dir, s, ["c_kinds", "c_label_off", "c_label_utf8"]) \
+                if self.table == "concepts" else None
+            entries = np.empty(len(mine), dtype=np.int64)
+            offl = off.tolist()
+            new_here = []
+            for k, local in enumerate(mine.tolist()):
+                key = blob[offl[local]:offl[local + 1]]
+                entry = ids.get(key)
+                if entry is None:
+                    entry = ids[key] = len(self.keys)
+                    self.keys.append(key)
+                    self.first_shard.append(s)
+                    new_here.append(local)
+                    if extra is not None:
+                        lo, hi = extra["c_label_off"][local], extra["c_label_off"][local + 1]
+                        self.labels.append(extra["c_label_utf8"][lo:hi].tobytes())
+                elif self.unique:
+                    raise ValueError(f"image id {key.decode('utf-8')!r} appears twice in the corpus (shards "
+                                     f"{self.first_shard[entry]} and {s}); image ids must be unique")
+                entries[k] = entry
+            if extra is not None:
+                kind_entries.append(entries)
+                kind_bits.append(extra["c_kinds"][mine])
+            self.occurrences.append((mine.astype(np.int64), entries))
+            new_locals.extend(new_here)
+            new_ptr.append(len(new_locals))
+            counts.append(len(new_here))
+        self.kinds = np.zeros(len(self.keys), dtype=np.uint8)             # OR of the kinds of every occurrence
+        if kind_entries:
+            np.bitwise_or.at(self.kinds, np.concatenate(kind_entries), np.concatenate(kind_bits))
+        np.savez(plan.work(f"{self.table}.new.{p}.npz"), ptr=np.asarray(new_ptr, dtype=np.int64),
+                 locals=np.asarray(new_locals, dtype=np.int64))
+        return counts
+
+    def assign(self, base: Sequence[int]) -> int:
+        """Step 3: global ids of this partition's keys, and per shard the global id of each local key it holds
+        (its map piece). Returns the number of keys."""
+        plan = self.plan
+        news = []
+        for q in range(plan.num_partitions):
+            with np.load(plan.work(f"{self.table}.new.{q}.npz")) as data:
+                news.append((data["ptr"], data["locals"]))
+        mine_ptr, mine = news[self.index]
+        self.gids = np.empty(len(self.keys), dtype=np.int64)
+        entry = 0
+        for s in range(plan.num_shards):
+            own = mine[mine_ptr[s]:mine_ptr[s + 1]]
+            if len(own) == 0:
+                continue
+            union = np.sort(np.concatenate([lc[pt[s]:pt[s + 1]] for pt, lc in news]))
+            self.gids[entry:entry + len(own)] = int(base[s]) + np.searchsorted(union, own)
+            entry += len(own)
+        ptr = np.zeros(plan.num_shards + 1, dtype=np.int64)
+        np.cumsum([len(lc) for lc, _ in self.occurrences], out=ptr[1:])
+        locals_ = np.concatenate([lc for lc, _ in self.occurrences]) if self.occurrences else np.zeros(0, np.int64)
+        entries = np.concatenate([e for _, e in self.occurrences]) if self.occurrences else np.zeros(0, np.int64)
+        np.savez(plan.work(f"{self.table}.map.{self.index}.npz"), ptr=ptr, locals=locals_, gids=self.gids[entries])
+        self.occurrences = []
+        return len(self.keys)
+
+    # ---------------------------------------------------------------- step 4: rows into the final arrays
+    def _values(self, what: str) -> list[np.ndarray]:
+        if what == "text":
+            return [np.frombuffer(k, dtype=np.uint8) for k in self.keys]
+        if what == "label":
+            return [np.frombuffer(k, dtype=np.uint8) for k in self.labels]
+        if what == "children":
+            return [np.frombuffer(k, dtype=np.int64)[2:].astype(np.int32) for k in self.keys]
+        raise ValueError(what)
+
+    def write_lengths(self, ptr_name: str, what: str) -> None:
+        ptr = _open(self.plan.piece(ptr_name))
+        ptr[self.gids + 1] = [len(v) for v in self._values(what)]
+        ptr.flush()
+
+    def write_values(self, ptr_name: str, data_name: str, what: str) -> None:
+        values = self._values(what)
+        if not values:
+            return
+        ptr = np.load(self.plan.piece(ptr_name), mmap_mode="r")
+        lengths = np.asarray([len(v) for v in values], dtype=np.int64)
+        if lengths.sum() == 0:
+            return
+        data = _open(self.plan.piece(data_name))
+        starts = np.asarray(ptr[self.gids], dtype=np.int64)
+        # (sum lengths,) position of every value: its row's start plus its place within the row
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        data[np.repeat(starts, lengths) + within] = np.concatenate(values)
+        data.flush()
+
+    def write_scalars(self) -> None:
+        """Concepts: their kinds; derivations: parent and predicate."""
+        if not self.keys:
+            return
+        if self.table == "concepts":
+            kinds = _open(self.plan.piece("concept_kinds"))
+            kinds[self.gids] = self.kinds
+            kinds.flush()
+        elif self.table == "derivations":
+            rows = [np.frombuffer(k, dtype=np.int64)[:2] for k in self.keys]
+            if rows:
+                rows = np.stack(rows)                                      # (n, 2) parent, predicate
+                for col, name in ((0, "deriv_parent"), (1, "deriv_predicate")):
+                    out = _open(self.plan.piece(name))
+                    out[self.gids] = rows[:, col].astype(np.int32)
+                    out.flush()
+
+
+def _shard_map(plan: MergePlan, table: str, shard: int, size: int) -> np.ndarray:
+    """``(size,)`` global id of each local key of ``shard``, from every partition's map piece."""
+    out = np.full(size, -1, dtype=np.int64)
+    for q in range(plan.num_partitions):
+        with np.load(plan.work(f"{table}.map.{q}.npz")) as data:
+            ptr = data["ptr"]
+            out[data["locals"][ptr[shard]:ptr[shard + 1]]] = data["gids"][ptr[shard]:ptr[shard + 1]]
+    if size and out.min() < 0:
+        raise RuntimeError(f"shard {shard}: some {table} got no global id (a map piece is missing)")
+    return out
+
+
+def remap_shard(plan: MergePlan, shard: int, num_concepts: int, num_predicates: int) -> None:
+    """A shard's derivations as keys in global concept and predicate ids (for the derivation partitions), and
+    its concept map (for its captions)."""
+    part = load_part(plan.shard_dir, shard, ["d_parent", "d_predicate", "d_child_ptr", "d_children"])
+    cmap = _shard_map(plan, "concepts", shard, num_concepts)
+    pmap = _shard_map(plan, "predicates", shard, num_predicates)
+    np.save(plan.work(f"{shard:05d}.cmap.npy"), cmap)
+    arity = np.diff(part["d_child_ptr"])
+    n = len(arity)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(arity + 2, out=ptr[1:])
+    vals = np.empty(int(ptr[-1]), dtype=np.int64)                        # per derivation: parent, predicate, children
+    vals[ptr[:-1]] = cmap[part["d_parent"]]
+    vals[ptr[:-1] + 1] = pmap[part["d_predicate"]]
+    child_pos = np.repeat(ptr[:-1] + 2, arity) + (np.arange(int(arity.sum())) - np.repeat(part["d_child_ptr"][:-1], arity))
+    vals[child_pos] = cmap[part["d_children"]]
+    off = ptr * 8
+    np.savez(plan.work(f"{shard:05d}.dkeys.npz"), off=off, vals=vals,
+             hash=key_hashes(off, vals.view(np.uint8)))
+
+
+@dataclass(frozen=True)
+class ShardBases:
+    """Where one shard's captions and images go in the final arrays."""
+
+    caption: int
+    caption_deriv: int
+    caption_concept: int
+    caption_text_byte: int
+    image: int
+    image_byte: int
+
+
+def write_shard_captions(plan: MergePlan, shard: int, bases: ShardBases, num_derivations: int,
+                         split_codes: Sequence[int]) -> None:
+    """Shard ``shard``'s slice of the caption arrays, caption texts, image ids and splits."""
+    part = load_part(plan.shard_dir, shard)
+    cmap = np.load(plan.work(f"{shard:05d}.cmap.npy"))
+    dmap = _shard_map(plan, "derivations", shard, num_derivations)
+    n = len(part["cap_root"])
+    c0 = bases.caption
+
+    def put(name: str, at: int, values: np.ndarray) -> None:
+        if len(values):
+            arr = _open(plan.piece(name))
+            arr[at:at + len(values)] = values
+            arr.flush()
+
+    put("caption_image", c0, part["cap_image"] + bases.image)
+    put("caption_index", c0, part["cap_index"])
+    put("caption_root", c0, cmap[part["cap_root"]].astype(np.int32))
+    put("caption_height", c0, part["cap_height"])
+    put("caption_deriv_ptr", c0 + 1, part["cap_deriv_ptr"][1:] + bases.caption_deriv)
+    put("caption_derivs", bases.caption_deriv, dmap[part["cap_derivs"]].astype(np.int32))
+    put("caption_concept_ptr", c0 + 1, part["cap_concept_ptr"][1:] + bases.caption_concept)
+    row = np.repeat(np.arange(n), np.diff(part["cap_concept_ptr"]))      # (nnz,) caption of each concept entry
+    gids = cmap[part["cap_concepts"]]
+    put("caption_concepts", bases.caption_concept, gids[np.lexsort((gids, row))].astype(np.int32))
+    put("caption_texts.offsets", c0 + 1, part["cap_text_off"][1:] + bases.caption_text_byte)
+    put("caption_texts.utf8", bases.caption_text_byte, part["cap_text_utf8"])
+    i0 = bases.image
+    put("image_ids.offsets", i0 + 1, part["img_off"][1:] + bases.image_byte)
+    put("image_ids.utf8", bases.image_byte, part["img_utf8"])
+    codes = np.asarray(list(split_codes) + [-1], dtype=np.int32)         # local code -> global; -1 stays -1
+    put("image_split_codes", i0, codes[part["img_split"]])
+
+
+def denotation_range(plan: MergePlan, lo: int, hi: int, num_images: int) -> int:
+    """The denotations of concepts ``[lo, hi)`` (deduplicated (concept, image) pairs), to a working file;
+    returns how many pairs. Reads the final caption arrays in chunks."""
+    ptr = np.load(plan.piece("caption_concept_ptr"), mmap_mode="r")
+    concepts = np.load(plan.piece("caption_concepts"), mmap_mode="r") if ptr[-1] else np.zeros(0, np.int32)
+    images = np.load(plan.piece("caption_image"), mmap_mode="r") if len(ptr) > 1 else np.zeros(0, np.int32)
+    width = max(num_images, 1)
+    pairs = []
+    for a in range(0, len(ptr) - 1, _CHUNK // 8):
+        b = min(a + _CHUNK // 8, len(ptr) - 1)
+        c = np.asarray(concepts[ptr[a]:ptr[b]], dtype=np.int64)
+        img = np.repeat(np.asarray(images[a:b], dtype=np.int64), np.diff(np.asarray(ptr[a:b + 1])))
+        keep = (c >= lo) & (c < hi)
+        pairs.append(np.unique((c[keep] - lo) * width + img[keep]))
+    pairs = np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
+    np.savez(plan.work(f"denotation.{lo}.npz"), counts=np.bincount(pairs // width, minlength=hi - lo),
+             images=(pairs % width).astype(np.int32))
+    return len(pairs)
+
+
+def running_sum(path: Path) -> int:
+    """In place: a ``(n+1,)`` array holding lengths at ``[1:]`` becomes their offsets; in fixed-size chunks, so
+    the driver's memory does not grow with ``n``. Returns the total."""
+    arr = _open(path)
+    total = 0
+    for a in range(1, len(arr), _CHUNK):
+        chunk = np.cumsum(arr[a:a + _CHUNK], dtype=np.int64) + total
+        arr[a:a + _CHUNK] = chunk
+        total = int(chunk[-1])
+    arr.flush()
+    return total
+
+
+class LocalExecutor:
+    """Runs the merge's steps in this process, one after another (tests; small corpora)."""
+
+    def actors(self, cls, args_list: list[tuple]) -> list:
+        return [cls(*args) for args in args_list]
+
+    def call(self, actors: list, method: str, *args) -> list:
+        return [getattr(a, method)(*args) for a in actors]
+
+    def map(self, fn: Callable, args_list: list[tuple]) -> list:
+        return [fn(*args) for args in args_list]
+
+
+def _global_table(executor, plan: MergePlan, table: str, unique: bool = False):
+    parts = executor.actors(KeyPartition, [(plan, table, p, unique) for p in range(plan.num_partitions)])
+    counts = np.asarray(executor.call(parts, "scan"), dtype=np.int64).reshape(plan.num_partitions, plan.num_shards)
+    per_shard = counts.sum(axis=0)                                         # (S,) new keys per shard
+    base = np.concatenate([[0], np.cumsum(per_shard)])
+    executor.call(parts, "assign", base[:-1].tolist())
+    return parts, int(base[-1])
+
+
+def _ragged_piece(executor, writer: ColumnarWriter, parts: list, n: int, ptr_name: str, data_name: str,
+                  what: str, dtype) -> None:
+    writer.open_array(ptr_name, np.int64, (n + 1,))
+    executor.call(parts, "write_lengths", ptr_name, what)
+    total = running_sum(writer.path(ptr_name))
+    writer.open_array(data_name, dtype, (total,))
+    executor.call(parts, "write_values", ptr_name, data_name, what)
+
+
+def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir: str | Path, meta: dict, *,
+                executor=None, num_partitions: int = 2) -> None:
+    """Merge the parts of ``summaries`` (in shard order) into the columnar graph of ``out_dir`` (module
+    docstring). ``executor`` runs the partitions and per-shard steps (:class:`LocalExecutor` by default; the Ray
+    engine passes Ray actors and tasks)."""
+    executor = executor or LocalExecutor()
+    shard_dir = Path(shard_dir)
+    work = shard_dir / "merge"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    writer = ColumnarWriter(out_dir)
+    n_shards = len(summaries)
+    if [s.shard for s in summaries] != list(range(n_shards)):
+        raise ValueError("merge_parts needs the summaries of shards 0..S-1 in order")
+    plan = MergePlan(str(shard_dir), str(work), str(writer.tmp), n_shards, max(1, num_partitions))
+
+    images, n_images = _global_table(executor, plan, "images", unique=True)
+    del images
+    concepts, n_concepts = _global_table(executor, plan, "concepts")
+    predicates, n_predicates = _global_table(executor, plan, "predicates")
+    writer.open_array("concept_kinds", np.uint8, (n_concepts,))
+    executor.call(concepts, "write_scalars")
+    _ragged_piece(executor, writer, concepts, n_concepts, "concept_texts.offsets", "concept_texts.utf8", "text",
+                  np.uint8)
+    _ragged_piece(executor, writer, concepts, n_concepts, "concept_labels.offsets", "concept_labels.utf8", "label",
+                  np.uint8)
+    _ragged_piece(executor, writer, predicates, n_predicates, "predicate_templates.offsets",
+                  "predicate_templates.utf8", "text", np.uint8)
+    del concepts, predicates
+    executor.map(remap_shard, [(plan, s.shard, s.num_concepts, s.num_predicates) for s in summaries])
+    derivations, n_derivs = _global_table(executor, plan, "derivations")
+    writer.open_array("deriv_parent", np.int32, (n_derivs,))
+    writer.open_array("deriv_predicate", np.int32, (n_derivs,))
+    executor.call(derivations, "write_scalars")
+    _ragged_piece(executor, writer, derivations, n_derivs, "deriv_child_ptr", "deriv_children", "children", np.int32)
+    del derivations
+
+    sizes = np.asarray([[s.num_used, s.num_caption_derivs, s.num_caption_concepts, s.caption_text_bytes,
+                         s.num_images, s.image_id_bytes] for s in summaries], dtype=np.int64).reshape(n_shards, 6)
+    starts = np.vstack([np.zeros((1, 6), np.int64), np.cumsum(sizes, axis=0)])  # (S+1, 6)
+    n_caps, n_cap_derivs, n_cap_concepts, text_bytes, n_img, img_bytes = (int(x) for x in starts[-1])
+    if n_img != n_images:
+        raise RuntimeError(f"the shards hold {n_img} images but {n_images} distinct ids")
+    for name, dtype, shape in (("caption_image", np.int32, n_caps), ("caption_index", np.int16, n_caps),
+                               ("caption_root", np.int32, n_caps), ("caption_height", np.int16, n_caps),
+                               ("caption_deriv_ptr", np.int64, n_caps + 1), ("caption_derivs", np.int32, n_cap_derivs),
+                               ("caption_concept_ptr", np.int64, n_caps + 1),
+                               ("caption_concepts", np.int32, n_cap_concepts),
+                               ("caption_texts.offsets", np.int64, n_caps + 1), ("caption_texts.utf8", np.uint8, text_bytes),
+                               ("image_ids.offsets", np.int64, n_img + 1), ("image_ids.utf8", np.uint8, img_bytes),
+                               ("image_split_codes", np.int32, n_img)):
+        writer.open_array(name, dtype, (shape,))
+    split_names: dict[str, int] = {}
+    codes = [[split_names.setdefault(name, len(split_names)) for name in s.split_names] for s in summaries]
+    executor.map(write_shard_captions, [(plan, s.shard, ShardBases(*(int(x) for x in starts[k])), s.num_derivations,
+                                         codes[k])
+                                        for k, s in enumerate(summaries)])
+
+    step = max(1, -(-n_concepts // plan.num_partitions))
+    ranges = [(lo, min(lo + step, n_concepts)) for lo in range(0, n_concepts, step)]
+    totals = executor.map(denotation_range, [(plan, lo, hi, n_img) for lo, hi in ranges])
+    ptr = writer.open_array("concept_image_ptr", np.int64, (n_concepts + 1,))
+    out = writer.open_array("concept_images", np.int32, (int(sum(totals)),))
+    at = 0
+    for lo, hi in ranges:
+        with np.load(plan.work(f"denotation.{lo}.npz")) as data:
+            counts, imgs = data["counts"], data["images"]
+        ptr[lo + 1:hi + 1] = at + np.cumsum(counts)
+        out[at:at + len(imgs)] = imgs
+        at += len(imgs)
+    ptr.flush()
+    out.flush()
+    del ptr, out
+    writer.declare_strings(["concept_texts", "concept_labels", "predicate_templates", "caption_texts", "image_ids"])
+    writer.commit(meta, list(split_names))
+    shutil.rmtree(work)
+
