@@ -22,7 +22,7 @@ import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -122,8 +122,12 @@ def _ragged(chunks: Sequence[Sequence[int]], dtype) -> tuple[np.ndarray, np.ndar
 
 def analyze_range(rng: ByteRange, splits: Sequence[str] | None, parser: ConstituencyParser, directory: str | Path,
                   *, key: str, cache: ParseCache | None = None, max_words: int = 100, dump: bool = False,
-                  prune_probability: float = 0.0, prune_seed: int = 0) -> PartSummary:
+                  prune_probability: float = 0.0, prune_seed: int = 0,
+                  before_summary: Callable[[], None] | None = None) -> PartSummary:
     """Read, parse, extract and write one shard's part (the module docstring); returns its summary.
+
+    ``before_summary()`` runs between writing the part and its summary (the fault-injection tests kill the
+    worker there: a part without its summary is not finished and is made again).
 
     Each caption goes through what :func:`crg.build.build_crg` does to it, so merging the parts in order
     gives the default engine's graph.
@@ -178,6 +182,8 @@ def analyze_range(rng: ByteRange, splits: Sequence[str] | None, parser: Constitu
         tmp = paths["dump"].with_name(paths["dump"].name + ".tmp")
         tmp.write_text("".join(records), encoding="utf-8")
         os.replace(tmp, paths["dump"])
+    if before_summary is not None:
+        before_summary()
     summary = PartSummary(
         shard=rng.index, key=key, num_images=len(got.images), num_captions=report.num_captions,
         num_used=len(caps), num_parsed=report.num_parsed, num_from_cache=report.num_from_cache,
