@@ -146,7 +146,10 @@ def read_byte_range(rng: ByteRange, splits: set[str] | None = None) -> RangeImag
         raise CorpusFormatError(f"{rng.path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x})") from None
     out = RangeImages([])
     seen: dict[str, int] = {}
-    for k, line in enumerate(text.split("\n")):
+    pieces = text.split("\n")
+    for k, line in enumerate(pieces):
+        if k < len(pieces) - 1:
+            line += "\n"  # as a file iterator gives it (a JSON error's column counts it)
         rec = jsonl_record(line, rng.path, rng.first_line + k)
         if rec is None:
             continue
