@@ -29,6 +29,7 @@ integers per shard and per chunk, never a table.
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -39,7 +40,7 @@ from crg.graph_store import ColumnarWriter
 from crg.shard_parts import PartSummary, key_hashes, load_part
 
 __all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "merge_parts", "remap_shard", "write_shard_captions",
-           "denotation_range", "running_sum"]
+           "denotation_range", "running_sum", "TablePartition"]
 
 TABLES = ("concepts", "predicates", "derivations", "images")
 _KEYS = {"concepts": ("c_off", "c_utf8", "c_hash"), "predicates": ("p_off", "p_utf8", "p_hash"),
@@ -56,6 +57,7 @@ class MergePlan:
     graph_tmp: str          # the ColumnarWriter's folder of pieces
     num_shards: int
     num_partitions: int
+    sync: bool = False      # msync every write through a memory map (several nodes on a shared file system)
 
     def piece(self, name: str) -> Path:
         return Path(self.graph_tmp) / f"{name}.npy"
@@ -68,6 +70,13 @@ def _open(path: Path) -> np.ndarray:
     return np.load(path, mmap_mode="r+")
 
 
+def _done(arr: np.ndarray, plan: MergePlan) -> None:
+    """Finish writing through a memory map: on one machine the page cache already shares the writes; on a
+    cluster's shared file system they are synced (``plan.sync``) before another node reads them."""
+    if plan.sync:
+        arr.flush()
+
+
 def _shard_keys(plan: MergePlan, table: str, shard: int) -> tuple[np.ndarray, bytes, np.ndarray]:
     if table == "derivations":
         with np.load(plan.work(f"{shard:05d}.dkeys.npz")) as data:
@@ -78,6 +87,39 @@ def _shard_keys(plan: MergePlan, table: str, shard: int) -> tuple[np.ndarray, by
 
 
 class KeyPartition:
+    """One hash partition of every key table (one actor: its start-up is paid once): a :class:`TablePartition`
+    per table, reached by the table's name."""
+
+    def __init__(self, plan: MergePlan, index: int):
+        self.plan, self.index = plan, index
+        self.tables: dict[str, TablePartition] = {}
+
+    def scan(self, table: str, unique: bool = False) -> list[int]:
+        self.tables[table] = TablePartition(self.plan, table, self.index, unique)
+        return self.tables[table].scan()
+
+    def assign(self, table: str, base: Sequence[int]) -> int:
+        return self.tables[table].assign(base)
+
+    def write_lengths(self, table: str, ptr_name: str, what: str) -> None:
+        self.tables[table].write_lengths(ptr_name, what)
+
+    def write_values(self, table: str, ptr_name: str, data_name: str, what: str) -> None:
+        self.tables[table].write_values(ptr_name, data_name, what)
+
+    def write_scalars(self, table: str) -> None:
+        self.tables[table].write_scalars()
+
+    def drop(self, table: str) -> None:
+        """Let go of a table once its rows are written."""
+        self.tables.pop(table, None)
+
+    def run(self, fn: Callable, *args):
+        """Run a per-shard or per-range step here (a warm process: no new worker to start and import)."""
+        return fn(*args)
+
+
+class TablePartition:
     """One hash partition of one key table: its keys' first occurrences, global ids and rows (module docstring)."""
 
     def __init__(self, plan: MergePlan, table: str, index: int, unique: bool = False):
@@ -171,7 +213,7 @@ class KeyPartition:
     def write_lengths(self, ptr_name: str, what: str) -> None:
         ptr = _open(self.plan.piece(ptr_name))
         ptr[self.gids + 1] = [len(v) for v in self._values(what)]
-        ptr.flush()
+        _done(ptr, self.plan)
 
     def write_values(self, ptr_name: str, data_name: str, what: str) -> None:
         values = self._values(what)
@@ -186,7 +228,7 @@ class KeyPartition:
         # (sum lengths,) position of every value: its row's start plus its place within the row
         within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         data[np.repeat(starts, lengths) + within] = np.concatenate(values)
-        data.flush()
+        _done(data, self.plan)
 
     def write_scalars(self) -> None:
         """Concepts: their kinds; derivations: parent and predicate."""
@@ -195,7 +237,7 @@ class KeyPartition:
         if self.table == "concepts":
             kinds = _open(self.plan.piece("concept_kinds"))
             kinds[self.gids] = self.kinds
-            kinds.flush()
+            _done(kinds, self.plan)
         elif self.table == "derivations":
             rows = [np.frombuffer(k, dtype=np.int64)[:2] for k in self.keys]
             if rows:
@@ -203,7 +245,7 @@ class KeyPartition:
                 for col, name in ((0, "deriv_parent"), (1, "deriv_predicate")):
                     out = _open(self.plan.piece(name))
                     out[self.gids] = rows[:, col].astype(np.int32)
-                    out.flush()
+                    _done(out, self.plan)
 
 
 def _shard_map(plan: MergePlan, table: str, shard: int, size: int) -> np.ndarray:
@@ -264,7 +306,7 @@ def write_shard_captions(plan: MergePlan, shard: int, bases: ShardBases, num_der
         if len(values):
             arr = _open(plan.piece(name))
             arr[at:at + len(values)] = values
-            arr.flush()
+            _done(arr, plan)
 
     put("caption_image", c0, part["cap_image"] + bases.image)
     put("caption_index", c0, part["cap_index"])
@@ -330,30 +372,42 @@ class LocalExecutor:
     def map(self, fn: Callable, args_list: list[tuple]) -> list:
         return [fn(*args) for args in args_list]
 
+    def map_on(self, actors: list, fn: Callable, args_list: list[tuple]) -> list:
+        """``fn`` over ``args_list``, spread over ``actors`` (here: in order, in this process)."""
+        return [fn(*args) for args in args_list]
 
-def _global_table(executor, plan: MergePlan, table: str, unique: bool = False):
-    parts = executor.actors(KeyPartition, [(plan, table, p, unique) for p in range(plan.num_partitions)])
-    counts = np.asarray(executor.call(parts, "scan"), dtype=np.int64).reshape(plan.num_partitions, plan.num_shards)
+
+def _global_table(executor, parts: list, plan: MergePlan, table: str, unique: bool = False) -> int:
+    counts = np.asarray(executor.call(parts, "scan", table, unique), dtype=np.int64).reshape(plan.num_partitions,
+                                                                                             plan.num_shards)
     per_shard = counts.sum(axis=0)                                         # (S,) new keys per shard
     base = np.concatenate([[0], np.cumsum(per_shard)])
-    executor.call(parts, "assign", base[:-1].tolist())
-    return parts, int(base[-1])
+    executor.call(parts, "assign", table, base[:-1].tolist())
+    return int(base[-1])
 
 
-def _ragged_piece(executor, writer: ColumnarWriter, parts: list, n: int, ptr_name: str, data_name: str,
+def _ragged_piece(executor, writer: ColumnarWriter, parts: list, table: str, n: int, ptr_name: str, data_name: str,
                   what: str, dtype) -> None:
     writer.open_array(ptr_name, np.int64, (n + 1,))
-    executor.call(parts, "write_lengths", ptr_name, what)
+    executor.call(parts, "write_lengths", table, ptr_name, what)
     total = running_sum(writer.path(ptr_name))
     writer.open_array(data_name, dtype, (total,))
-    executor.call(parts, "write_values", ptr_name, data_name, what)
+    executor.call(parts, "write_values", table, ptr_name, data_name, what)
 
 
 def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir: str | Path, meta: dict, *,
-                executor=None, num_partitions: int = 2) -> None:
+                executor=None, num_partitions: int = 2, sync: bool = False) -> dict[str, float]:
     """Merge the parts of ``summaries`` (in shard order) into the columnar graph of ``out_dir`` (module
     docstring). ``executor`` runs the partitions and per-shard steps (:class:`LocalExecutor` by default; the Ray
-    engine passes Ray actors and tasks)."""
+    engine passes Ray actors and tasks). Returns the seconds each step took."""
+    seconds: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        seconds[name] = round(now - clock[0], 3)
+        clock[0] = now
+
     executor = executor or LocalExecutor()
     shard_dir = Path(shard_dir)
     work = shard_dir / "merge"
@@ -364,28 +418,35 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
     n_shards = len(summaries)
     if [s.shard for s in summaries] != list(range(n_shards)):
         raise ValueError("merge_parts needs the summaries of shards 0..S-1 in order")
-    plan = MergePlan(str(shard_dir), str(work), str(writer.tmp), n_shards, max(1, num_partitions))
+    plan = MergePlan(str(shard_dir), str(work), str(writer.tmp), n_shards, max(1, num_partitions), sync)
 
-    images, n_images = _global_table(executor, plan, "images", unique=True)
-    del images
-    concepts, n_concepts = _global_table(executor, plan, "concepts")
-    predicates, n_predicates = _global_table(executor, plan, "predicates")
+    parts = executor.actors(KeyPartition, [(plan, p) for p in range(plan.num_partitions)])
+    lap("start_partitions")
+    n_images = _global_table(executor, parts, plan, "images", unique=True)
+    executor.call(parts, "drop", "images")
+    lap("images")
+    n_concepts = _global_table(executor, parts, plan, "concepts")
+    n_predicates = _global_table(executor, parts, plan, "predicates")
     writer.open_array("concept_kinds", np.uint8, (n_concepts,))
-    executor.call(concepts, "write_scalars")
-    _ragged_piece(executor, writer, concepts, n_concepts, "concept_texts.offsets", "concept_texts.utf8", "text",
-                  np.uint8)
-    _ragged_piece(executor, writer, concepts, n_concepts, "concept_labels.offsets", "concept_labels.utf8", "label",
-                  np.uint8)
-    _ragged_piece(executor, writer, predicates, n_predicates, "predicate_templates.offsets",
+    executor.call(parts, "write_scalars", "concepts")
+    _ragged_piece(executor, writer, parts, "concepts", n_concepts, "concept_texts.offsets", "concept_texts.utf8",
+                  "text", np.uint8)
+    _ragged_piece(executor, writer, parts, "concepts", n_concepts, "concept_labels.offsets", "concept_labels.utf8",
+                  "label", np.uint8)
+    _ragged_piece(executor, writer, parts, "predicates", n_predicates, "predicate_templates.offsets",
                   "predicate_templates.utf8", "text", np.uint8)
-    del concepts, predicates
-    executor.map(remap_shard, [(plan, s.shard, s.num_concepts, s.num_predicates) for s in summaries])
-    derivations, n_derivs = _global_table(executor, plan, "derivations")
+    executor.call(parts, "drop", "concepts")
+    executor.call(parts, "drop", "predicates")
+    lap("concepts_predicates")
+    executor.map_on(parts, remap_shard, [(plan, s.shard, s.num_concepts, s.num_predicates) for s in summaries])
+    lap("remap_shards")
+    n_derivs = _global_table(executor, parts, plan, "derivations")
     writer.open_array("deriv_parent", np.int32, (n_derivs,))
     writer.open_array("deriv_predicate", np.int32, (n_derivs,))
-    executor.call(derivations, "write_scalars")
-    _ragged_piece(executor, writer, derivations, n_derivs, "deriv_child_ptr", "deriv_children", "children", np.int32)
-    del derivations
+    executor.call(parts, "write_scalars", "derivations")
+    _ragged_piece(executor, writer, parts, "derivations", n_derivs, "deriv_child_ptr", "deriv_children", "children",
+                  np.int32)
+    lap("derivations")
 
     sizes = np.asarray([[s.num_used, s.num_caption_derivs, s.num_caption_concepts, s.caption_text_bytes,
                          s.num_images, s.image_id_bytes] for s in summaries], dtype=np.int64).reshape(n_shards, 6)
@@ -404,13 +465,14 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
         writer.open_array(name, dtype, (shape,))
     split_names: dict[str, int] = {}
     codes = [[split_names.setdefault(name, len(split_names)) for name in s.split_names] for s in summaries]
-    executor.map(write_shard_captions, [(plan, s.shard, ShardBases(*(int(x) for x in starts[k])), s.num_derivations,
+    executor.map_on(parts, write_shard_captions, [(plan, s.shard, ShardBases(*(int(x) for x in starts[k])), s.num_derivations,
                                          codes[k])
                                         for k, s in enumerate(summaries)])
+    lap("captions")
 
     step = max(1, -(-n_concepts // plan.num_partitions))
     ranges = [(lo, min(lo + step, n_concepts)) for lo in range(0, n_concepts, step)]
-    totals = executor.map(denotation_range, [(plan, lo, hi, n_img) for lo, hi in ranges])
+    totals = executor.map_on(parts, denotation_range, [(plan, lo, hi, n_img) for lo, hi in ranges])
     ptr = writer.open_array("concept_image_ptr", np.int64, (n_concepts + 1,))
     out = writer.open_array("concept_images", np.int32, (int(sum(totals)),))
     at = 0
@@ -423,7 +485,11 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
     ptr.flush()
     out.flush()
     del ptr, out
+    del parts  # the actors end with their handles
+    lap("denotations")
     writer.declare_strings(["concept_texts", "concept_labels", "predicate_templates", "caption_texts", "image_ids"])
     writer.commit(meta, list(split_names))
     shutil.rmtree(work)
+    lap("commit")
+    return seconds
 

@@ -94,8 +94,9 @@ class _RangeWorker:
 
 
 class RayExecutor:
-    """The merge's steps on Ray: partitions as actors (no CPU reserved: they work only while no task runs, and
-    the scheduler spreads them over the nodes), per-shard and per-range steps as tasks of one CPU each."""
+    """The merge's steps on Ray: partitions as actors (no CPU reserved: they work only after the parsing actors
+    are done, and the scheduler spreads them over the nodes), which also run the per-shard and per-range steps
+    round robin."""
 
     def __init__(self):
         import ray
@@ -112,6 +113,10 @@ class RayExecutor:
     def map(self, fn, args_list: list[tuple]) -> list:
         remote = self.ray.remote(num_cpus=1)(fn)
         return self.ray.get([remote.remote(*args) for args in args_list])
+
+    def map_on(self, actors: list, fn, args_list: list[tuple]) -> list:
+        """Round robin over the (warm) partition actors: starting task workers costs seconds each."""
+        return self.ray.get([actors[k % len(actors)].run.remote(fn, *args) for k, args in enumerate(args_list)])
 
 
 def merged_report(summaries: Sequence[PartSummary]) -> BuildReport:
@@ -244,9 +249,11 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
 
             if not ray.is_initialized():
                 owns_ray = _start_ray(config, progress)
-        merge_parts(shard_dir, ordered, out_dir, meta,
-                    executor=executor, num_partitions=num_partitions or max(engine.workers, 1))
+        stages = merge_parts(shard_dir, ordered, out_dir, meta,
+                    executor=executor, num_partitions=num_partitions or max(engine.workers, 1),
+                    sync=bool(config.address))  # joined a cluster: other nodes may read what a node wrote
         engine.merge_seconds = round(time.perf_counter() - merge_started, 2)
+        engine.merge_steps = stages
         report.extract_seconds = engine.merge_seconds
     finally:
         bar.close()
