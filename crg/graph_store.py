@@ -34,7 +34,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 __all__ = ["COLUMNAR_VERSION", "StringTable", "CodedStrings", "ColumnarWriter", "write_columnar", "read_columnar",
-           "is_columnar", "columnar_files"]
+           "is_columnar", "columnar_files", "map_or_read"]
 
 COLUMNAR_VERSION = 2
 MANIFEST = "graph.json"
@@ -182,9 +182,10 @@ class ColumnarWriter:
         """``NAME.offsets`` and ``NAME.utf8`` of each name were written through :meth:`open_array`."""
         self.strings.extend(names)
 
-    def commit(self, meta: dict, split_names: Sequence[str]) -> None:
+    def commit(self, meta: dict, split_names: Sequence[str], extra: dict | None = None) -> None:
+        """Make the pieces the folder's graph; ``extra``: more manifest entries (e.g. the saved MCD counts)."""
         manifest = {"format_version": COLUMNAR_VERSION, "layout": "columnar", "arrays": self.arrays,
-                    "strings": self.strings, "split_names": list(split_names), "meta": meta}
+                    "strings": self.strings, "split_names": list(split_names), "meta": meta, **(extra or {})}
         for old in ("graph.npz", "graph_strings.json.gz", MANIFEST):  # one graph per folder
             (self.directory / old).unlink(missing_ok=True)
         final = self.directory / FOLDER
@@ -210,6 +211,15 @@ def write_columnar(graph, directory: str | Path) -> None:
         CodedStrings.from_values(graph.image_splits)
     writer.array("image_split_codes", np.asarray(splits.codes, dtype=np.int32))
     writer.commit(graph.meta, splits.names)
+
+
+def map_or_read(path: Path) -> np.ndarray:
+    """``path`` (a ``.npy``) memory-mapped read-only; read into memory when it holds no element (numpy cannot
+    map an empty array)."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError:
+        return np.load(path, allow_pickle=False)
 
 
 def _load(path: Path, spec: dict, mmap: bool) -> np.ndarray:

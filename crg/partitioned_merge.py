@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from crg.graph_store import ColumnarWriter
+from crg.graph_store import ColumnarWriter, map_or_read
 from crg.shard_parts import PartSummary, key_hashes, load_part
 
 __all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "merge_parts", "remap_shard", "write_shard_captions",
@@ -327,6 +327,27 @@ def write_shard_captions(plan: MergePlan, shard: int, bases: ShardBases, num_der
     put("image_split_codes", i0, codes[part["img_split"]])
 
 
+def _read(plan: MergePlan, name: str) -> np.ndarray:
+    """A final array, memory-mapped (an empty one cannot be mapped: read)."""
+    return map_or_read(plan.piece(name))
+
+
+def shard_counts(plan: MergePlan, shard: int, bases: ShardBases, num_captions: int, num_images: int,
+                 num_predicates: int) -> tuple[int, int]:
+    """The MCD count rows of a shard's images (:mod:`crg.mcd_counts`), from its slice of the final caption arrays,
+    to a working file; returns their non-zeros ``(compounds, atoms)``."""
+    from crg.mcd_counts import caption_block_counts
+
+    c0, c1 = bases.caption, bases.caption + num_captions
+    compounds, atoms = caption_block_counts(
+        _read(plan, "caption_image")[c0:c1], _read(plan, "caption_deriv_ptr")[c0:c1 + 1],
+        _read(plan, "caption_derivs"), _read(plan, "caption_concept_ptr")[c0:c1 + 1], _read(plan, "caption_concepts"),
+        _read(plan, "deriv_predicate"), _read(plan, "concept_kinds"), num_predicates, num_images, bases.image)
+    np.savez(plan.work(f"{shard:05d}.counts.npz"), c_data=compounds.data, c_indices=compounds.indices,
+             c_indptr=compounds.indptr, a_data=atoms.data, a_indices=atoms.indices, a_indptr=atoms.indptr)
+    return compounds.nnz, atoms.nnz
+
+
 def denotation_range(plan: MergePlan, lo: int, hi: int, num_images: int) -> int:
     """The denotations of concepts ``[lo, hi)`` (deduplicated (concept, image) pairs), to a working file;
     returns how many pairs. Reads the final caption arrays in chunks."""
@@ -345,6 +366,30 @@ def denotation_range(plan: MergePlan, lo: int, hi: int, num_images: int) -> int:
     np.savez(plan.work(f"denotation.{lo}.npz"), counts=np.bincount(pairs // width, minlength=hi - lo),
              images=(pairs % width).astype(np.int32))
     return len(pairs)
+
+
+def _concatenate_counts(writer: ColumnarWriter, plan: MergePlan, nnz: np.ndarray, image_starts: np.ndarray,
+                        n_images: int, n_predicates: int, n_concepts: int) -> dict:
+    """The shards' count rows, in order, as the two CSR matrices of the graph (one shard in memory at a time)."""
+    shapes = {}
+    for k, (name, prefix, width) in enumerate((("mcd_compounds", "c", n_predicates), ("mcd_atoms", "a", n_concepts))):
+        total = int(nnz[:, k].sum())
+        data = writer.open_array(f"{name}.data", np.int32, (total,))
+        indices = writer.open_array(f"{name}.indices", np.int32, (total,))
+        indptr = writer.open_array(f"{name}.indptr", np.int64, (n_images + 1,))
+        at = 0
+        for s in range(plan.num_shards):
+            with np.load(plan.work(f"{s:05d}.counts.npz")) as piece:
+                d, i, p = piece[f"{prefix}_data"], piece[f"{prefix}_indices"], piece[f"{prefix}_indptr"]
+            data[at:at + len(d)] = d
+            indices[at:at + len(i)] = i
+            i0 = int(image_starts[s])
+            indptr[i0 + 1:i0 + len(p)] = p[1:] + at
+            at += len(d)
+        for arr in (data, indices, indptr):
+            arr.flush()
+        shapes[name] = [n_images, width]
+    return shapes
 
 
 def running_sum(path: Path) -> int:
@@ -485,10 +530,16 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
     ptr.flush()
     out.flush()
     del ptr, out
-    del parts  # the actors end with their handles
     lap("denotations")
+    nnz = np.asarray(executor.map_on(parts, shard_counts, [(plan, s.shard, ShardBases(*(int(x) for x in starts[k])),
+                                                            s.num_used, s.num_images, n_predicates)
+                                                           for k, s in enumerate(summaries)]),
+                     dtype=np.int64).reshape(n_shards, 2)
+    del parts  # the actors end with their handles
+    counts = _concatenate_counts(writer, plan, nnz, starts[:, 4], n_img, n_predicates, n_concepts)
+    lap("mcd_counts")
     writer.declare_strings(["concept_texts", "concept_labels", "predicate_templates", "caption_texts", "image_ids"])
-    writer.commit(meta, list(split_names))
+    writer.commit(meta, list(split_names), {"counts": counts})
     shutil.rmtree(work)
     lap("commit")
     return seconds
