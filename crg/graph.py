@@ -233,7 +233,7 @@ class ConceptGraph:
         if columnar:
             from crg.graph_store import write_columnar
 
-            write_columnar(self, directory)
+            write_columnar(self, directory, _ARRAYS, _STRINGS)
             return
         arrays = {name: np.asarray(getattr(self, name)) for name in _ARRAYS}
         tmp = directory / "graph.npz.tmp.npz"
@@ -263,7 +263,7 @@ class ConceptGraph:
         from crg.graph_store import is_columnar, read_columnar
 
         if is_columnar(directory):
-            return cls(**read_columnar(directory, mmap=mmap))
+            return cls(**read_columnar(directory, _ARRAYS, _STRINGS, mmap=mmap))
         npz, strs = directory / "graph.npz", directory / "graph_strings.json.gz"
         for p in (npz, strs):
             if not p.exists():

@@ -197,14 +197,13 @@ class ColumnarWriter:
         os.replace(tmp, self.directory / MANIFEST)
 
 
-def write_columnar(graph, directory: str | Path) -> None:
-    """Write ``graph`` (a :class:`~crg.graph.ConceptGraph`) as a columnar folder (atomically: see the writer)."""
-    from crg.graph import _ARRAYS, _STRINGS
-
+def write_columnar(graph, directory: str | Path, arrays: Sequence[str], strings: Sequence[str]) -> None:
+    """Write ``graph`` (a :class:`~crg.graph.ConceptGraph`) as a columnar folder (atomically: see the writer):
+    its fields named in ``arrays`` and ``strings`` (``image_splits`` among them, as codes)."""
     writer = ColumnarWriter(directory)
-    for name in _ARRAYS:
+    for name in arrays:
         writer.array(name, np.asarray(getattr(graph, name)))
-    for name in _STRINGS:
+    for name in strings:
         if name != "image_splits":
             writer.string_table(name, getattr(graph, name))
     splits = graph.image_splits if isinstance(graph.image_splits, CodedStrings) else \
@@ -235,11 +234,10 @@ def _load(path: Path, spec: dict, mmap: bool) -> np.ndarray:
     return arr
 
 
-def read_columnar(directory: str | Path, *, mmap: bool = True) -> dict:
-    """The fields of a :class:`~crg.graph.ConceptGraph` from a columnar folder: arrays memory-mapped (unless
-    ``mmap=False``), string tables as :class:`StringTable`, image splits as :class:`CodedStrings`."""
-    from crg.graph import _ARRAYS, _STRINGS
-
+def read_columnar(directory: str | Path, arrays: Sequence[str], strings: Sequence[str], *, mmap: bool = True) -> dict:
+    """The fields ``arrays`` and ``strings`` of a :class:`~crg.graph.ConceptGraph` (and ``meta``) from a columnar
+    folder: arrays memory-mapped (unless ``mmap=False``), string tables as :class:`StringTable`, image splits as
+    :class:`CodedStrings`."""
     directory = Path(directory)
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
     if manifest.get("format_version") != COLUMNAR_VERSION or manifest.get("layout") != "columnar":
@@ -253,8 +251,8 @@ def read_columnar(directory: str | Path, *, mmap: bool = True) -> dict:
             raise ValueError(f"{directory / MANIFEST} lists no array {name!r}; rebuild the graph")
         return _load(folder / f"{name}.npy", specs[name], mmap)
 
-    fields: dict = {name: get(name) for name in _ARRAYS}
-    for name in _STRINGS:
+    fields: dict = {name: get(name) for name in arrays}
+    for name in strings:
         if name != "image_splits":
             fields[name] = StringTable(get(f"{name}.offsets"), get(f"{name}.utf8"))
     fields["image_splits"] = CodedStrings(get("image_split_codes"), manifest["split_names"])
