@@ -37,14 +37,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from crg.graph_store import ColumnarWriter, map_or_read
-from crg.shard_parts import PartSummary, key_hashes, load_part
+from crg.shard_parts import PartSummary, load_part, partitioned_keys
 
 __all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "merge_parts", "remap_shard", "write_shard_captions",
            "denotation_range", "running_sum", "TablePartition"]
 
 TABLES = ("concepts", "predicates", "derivations", "images")
-_KEYS = {"concepts": ("c_off", "c_utf8", "c_hash"), "predicates": ("p_off", "p_utf8", "p_hash"),
-         "images": ("img_off", "img_utf8", "img_hash")}
 _CHUNK = 1 << 22
 
 
@@ -77,13 +75,19 @@ def _done(arr: np.ndarray, plan: MergePlan) -> None:
         arr.flush()
 
 
-def _shard_keys(plan: MergePlan, table: str, shard: int) -> tuple[np.ndarray, bytes, np.ndarray]:
-    if table == "derivations":
-        with np.load(plan.work(f"{shard:05d}.dkeys.npz")) as data:
-            return data["off"], data["vals"].tobytes(), data["hash"]
-    off, utf8, h = _KEYS[table]
-    part = load_part(plan.shard_dir, shard, [off, utf8, h])
-    return part[off], part[utf8].tobytes(), part[h]
+def _shard_keys(plan: MergePlan, table: str, shard: int, p: int) -> dict[str, np.ndarray]:
+    """Partition ``p``'s members of ``table`` in one shard (:func:`crg.shard_parts.partitioned_keys`)."""
+    names = ["local", "off", "key"] + (["kinds", "label_off", "label"] if table == "concepts" else [])
+    path = plan.work(f"{shard:05d}.dkeys.npz") if table == "derivations" else None
+    try:
+        if path is not None:
+            with np.load(path) as data:
+                return {n: data[f"{table}.{p}.{n}"] for n in names}
+        part = load_part(plan.shard_dir, shard, [f"{table}.{p}.{n}" for n in names])
+    except KeyError:
+        raise RuntimeError(f"shard {shard}'s part has no {table} partition {p} of {plan.num_partitions}: it was "
+                           f"made for another number of merge partitions") from None
+    return {n: part[f"{table}.{p}.{n}"] for n in names}
 
 
 class KeyPartition:
@@ -133,36 +137,35 @@ class TablePartition:
 
     def scan(self) -> list[int]:
         """Step 1: read this partition's keys of every shard; returns the count of new keys per shard."""
-        plan, p, n_part = self.plan, self.index, self.plan.num_partitions
+        plan, p = self.plan, self.index
         ids: dict[bytes, int] = {}
         kind_entries, kind_bits = [], []
         new_ptr, new_locals, counts = [0], [], []
         for s in range(plan.num_shards):
-            off, blob, hashes = _shard_keys(plan, self.table, s)
-            mine = np.flatnonzero(hashes % n_part == p)                     # (m,) local ids of this partition
-            extra = load_part(plan.shard_dir, s, ["c_kinds", "c_label_off", "c_label_utf8"]) \
-                if self.table == "concepts" else None
+            got = _shard_keys(plan, self.table, s, p)
+            mine = got["local"]                                             # (m,) local ids of this partition
+            blob, offl = got["key"].tobytes(), got["off"].tolist()
+            labels = got["label"].tobytes() if "label" in got else b""
+            label_off = got["label_off"].tolist() if "label" in got else []
             entries = np.empty(len(mine), dtype=np.int64)
-            offl = off.tolist()
             new_here = []
             for k, local in enumerate(mine.tolist()):
-                key = blob[offl[local]:offl[local + 1]]
+                key = blob[offl[k]:offl[k + 1]]
                 entry = ids.get(key)
                 if entry is None:
                     entry = ids[key] = len(self.keys)
                     self.keys.append(key)
                     self.first_shard.append(s)
                     new_here.append(local)
-                    if extra is not None:
-                        lo, hi = extra["c_label_off"][local], extra["c_label_off"][local + 1]
-                        self.labels.append(extra["c_label_utf8"][lo:hi].tobytes())
+                    if label_off:
+                        self.labels.append(labels[label_off[k]:label_off[k + 1]])
                 elif self.unique:
                     raise ValueError(f"image id {key.decode('utf-8')!r} appears twice in the corpus (shards "
                                      f"{self.first_shard[entry]} and {s}); image ids must be unique")
                 entries[k] = entry
-            if extra is not None:
+            if "kinds" in got:
                 kind_entries.append(entries)
-                kind_bits.append(extra["c_kinds"][mine])
+                kind_bits.append(got["kinds"])
             self.occurrences.append((mine.astype(np.int64), entries))
             new_locals.extend(new_here)
             new_ptr.append(len(new_locals))
@@ -276,9 +279,10 @@ def remap_shard(plan: MergePlan, shard: int, num_concepts: int, num_predicates: 
     vals[ptr[:-1] + 1] = pmap[part["d_predicate"]]
     child_pos = np.repeat(ptr[:-1] + 2, arity) + (np.arange(int(arity.sum())) - np.repeat(part["d_child_ptr"][:-1], arity))
     vals[child_pos] = cmap[part["d_children"]]
-    off = ptr * 8
-    np.savez(plan.work(f"{shard:05d}.dkeys.npz"), off=off, vals=vals,
-             hash=key_hashes(off, vals.view(np.uint8)))
+    keys = [vals[a:b].tobytes() for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist())]
+    arrays: dict[str, np.ndarray] = {}
+    partitioned_keys(arrays, "derivations", keys, plan.num_partitions)
+    np.savez(plan.work(f"{shard:05d}.dkeys.npz"), **arrays)
 
 
 @dataclass(frozen=True)
@@ -463,6 +467,10 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
     n_shards = len(summaries)
     if [s.shard for s in summaries] != list(range(n_shards)):
         raise ValueError("merge_parts needs the summaries of shards 0..S-1 in order")
+    cut_for = sorted({s.num_partitions for s in summaries})
+    if cut_for != [max(1, num_partitions)]:
+        raise ValueError(f"the parts were cut for {cut_for} merge partitions, not {num_partitions}: merge them with "
+                         f"the number they were made for (or make them again)")
     plan = MergePlan(str(shard_dir), str(work), str(writer.tmp), n_shards, max(1, num_partitions), sync)
 
     parts = executor.actors(KeyPartition, [(plan, p) for p in range(plan.num_partitions)])

@@ -71,8 +71,9 @@ class _RangeWorker:
                 summary = analyze_range(rng, item["splits"], self.parser, item["directory"], key=item["key"],
                                         cache=cache, max_words=self.settings["max_words"], dump=self.settings["dump"],
                                         prune_probability=self.settings["prune_probability"],
-                                        prune_seed=self.settings["prune_seed"], before_summary=self._crash_hook(rng,
-                                                                                                             item))
+                                        prune_seed=self.settings["prune_seed"],
+                                        num_partitions=self.settings["num_partitions"],
+                                        before_summary=self._crash_hook(rng, item))
             finally:
                 if cache is not None:
                     cache.close()
@@ -177,29 +178,34 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
     n_ranges = config.shards or max(1, -(-estimate_captions(path) // config.shard_size))
     ranges = plan_byte_ranges(path, n_ranges)
     parser_key = parser_key or parser.make().cache_key()
-    settings = {"parser": parser_key, "dump": dump_path is not None, "prune_probability": float(prune_probability),
-                "prune_seed": int(prune_seed), "max_words": int(max_words)}
-    wanted = None if splits is None else sorted(set(splits))
-    keys = [range_key(r, wanted, settings) for r in ranges]
-    engine = EngineReport(engine="ray-partitioned" if use_ray else "partitioned-local",
-                          address=config.address or "local", num_shards=len(ranges))
-    summaries: dict[int, PartSummary] = {}
-    for r, key in zip(ranges, keys):
-        found = read_summary(shard_dir, r.index, key)
-        if found is not None:
-            summaries[r.index] = found
-    engine.shards_reused = len(summaries)
-    to_run = [(r, key) for r, key in zip(ranges, keys) if r.index not in summaries]
-    engine.shards_run = len(to_run)
     owns_ray = False
     pipeline_started = time.perf_counter()
-    bar = tqdm(total=len(to_run), desc="shards (read + parse + extract)", unit="shard", disable=not progress)
+    bar = tqdm(total=0, desc="shards (read + parse + extract)", unit="shard", disable=not progress)
     try:
-        if to_run and use_ray:
+        if use_ray:  # first: the cluster's size decides the workers, and so the merge partitions the parts are cut for
             import ray
 
             owns_ray = _start_ray(config, progress)
             workers = config.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        else:
+            workers = 1
+        partitions = num_partitions or config.workers or workers
+        settings = {"parser": parser_key, "dump": dump_path is not None, "prune_probability": float(prune_probability),
+                    "prune_seed": int(prune_seed), "max_words": int(max_words), "num_partitions": int(partitions)}
+        wanted = None if splits is None else sorted(set(splits))
+        keys = [range_key(r, wanted, settings) for r in ranges]
+        engine = EngineReport(engine="ray-partitioned" if use_ray else "partitioned-local",
+                              address=config.address or "local", num_shards=len(ranges))
+        summaries: dict[int, PartSummary] = {}
+        for r, key in zip(ranges, keys):
+            found = read_summary(shard_dir, r.index, key)
+            if found is not None:
+                summaries[r.index] = found
+        engine.shards_reused = len(summaries)
+        to_run = [(r, key) for r, key in zip(ranges, keys) if r.index not in summaries]
+        engine.shards_run = len(to_run)
+        bar.total = len(to_run)
+        if to_run and use_ray:
             engine.workers = min(workers, len(to_run))
             ctx = ray.data.DataContext.get_current()
             ctx.enable_progress_bars = False
@@ -222,7 +228,8 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
                 for r, key in to_run:
                     summaries[r.index] = analyze_range(r, wanted, made, shard_dir, key=key, cache=cache,
                                                        max_words=max_words, dump=dump_path is not None,
-                                                       prune_probability=prune_probability, prune_seed=prune_seed)
+                                                       prune_probability=prune_probability, prune_seed=prune_seed,
+                                                       num_partitions=partitions)
                     bar.update(1)
             finally:
                 if cache is not None:
@@ -244,13 +251,7 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
         merge_started = time.perf_counter()
         meta = graph_meta(Corpus(path, "jsonl", []), parser_key, report, prune_probability, prune_seed)
         executor = RayExecutor() if use_ray else LocalExecutor()
-        if use_ray and not owns_ray:
-            import ray
-
-            if not ray.is_initialized():
-                owns_ray = _start_ray(config, progress)
-        stages = merge_parts(shard_dir, ordered, out_dir, meta,
-                    executor=executor, num_partitions=num_partitions or max(engine.workers, 1),
+        stages = merge_parts(shard_dir, ordered, out_dir, meta, executor=executor, num_partitions=partitions,
                     sync=bool(config.address))  # joined a cluster: other nodes may read what a node wrote
         engine.merge_seconds = round(time.perf_counter() - merge_started, 2)
         engine.merge_steps = stages

@@ -4,8 +4,9 @@ A worker reads its range (:mod:`crg.corpus_ranges`), drops the captions every en
 parse cache lacks, extracts, and writes (:func:`analyze_range`):
 
 * ``NNNNN.part.npz`` -- the range's :class:`~crg.graph.GraphPart` as flat arrays, ids local to the shard
-  (first-occurrence order), every string table as UTF-8 bytes + offsets with a stable hash per key
-  (``zlib.crc32``) so the merge can partition keys without decoding them; images with local indices;
+  (first-occurrence order); its key tables (concepts, predicates, image ids) as UTF-8 bytes + offsets, already
+  split into the merge's hash partitions (``zlib.crc32`` modulo the partitions), one group of members each, so
+  a merge partition reads its own members and no other; captions and images with local indices;
 * ``NNNNN.dump.jsonl`` -- its ``captions.jsonl`` lines (``--dump`` only);
 * ``NNNNN.summary.json`` -- written last, the commit mark: sizes, the report's counts and skip examples, the
   key of everything that decides the part (a rerun keeps a shard whose key matches).
@@ -34,7 +35,8 @@ from crg.parse_cache import ParseCache
 from crg.parser_base import ConstituencyParser
 from crg.shards import peak_rss_mb
 
-__all__ = ["PART_VERSION", "PartSummary", "part_paths", "range_key", "analyze_range", "load_part", "key_hashes",
+__all__ = ["PART_VERSION", "PartSummary", "part_paths", "range_key", "analyze_range", "load_part", "key_partitions",
+           "partitioned_keys", "encode_bytes",
            "encode_strings", "read_summary"]
 
 PART_VERSION = 1
@@ -60,6 +62,7 @@ class PartSummary:
     num_caption_concepts: int = 0
     caption_text_bytes: int = 0
     image_id_bytes: int = 0
+    num_partitions: int = 1             # the merge partitions its key tables are split into
     split_names: list[str] = field(default_factory=list)   # the selected images' split labels, by local code
     split_counts: dict[str, int] = field(default_factory=dict)  # every image of the range by str(split)
     skipped: dict[str, int] = field(default_factory=dict)
@@ -100,17 +103,37 @@ def read_summary(directory: str | Path, index: int, key: str | None = None) -> P
 
 def encode_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """``(offsets (n+1,) int64, utf8 bytes uint8)`` of ``strings``."""
-    encoded = [s.encode("utf-8") for s in strings]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+    return encode_bytes([s.encode("utf-8") for s in strings])
 
 
-def key_hashes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """``(n,)`` uint32 crc32 of each key: stable across processes and machines (Python's ``hash`` is not)."""
-    blob = data.tobytes()
-    off = offsets.tolist()
-    return np.asarray([zlib.crc32(blob[a:b]) for a, b in zip(off[:-1], off[1:])], dtype=np.uint32)
+def key_partitions(keys: Sequence[bytes], num_partitions: int) -> np.ndarray:
+    """``(n,)`` the merge partition of each key: its crc32 modulo ``num_partitions`` (stable across processes and
+    machines, as Python's ``hash`` is not)."""
+    return np.asarray([zlib.crc32(k) % num_partitions for k in keys], dtype=np.int64)
+
+
+def partitioned_keys(arrays: dict, table: str, keys: Sequence[bytes], num_partitions: int,
+                     extra: dict[str, np.ndarray] | None = None) -> None:
+    """Into ``arrays``: for each partition ``p``, the members ``TABLE.p.local`` (its keys' local ids, ascending),
+    ``TABLE.p.off`` / ``TABLE.p.key`` (the keys' bytes) and ``TABLE.p.NAME`` for each per-key array of ``extra``
+    (ragged ones as ``NAME_off`` / ``NAME``), so that a merge partition reads its own members only."""
+    part_of = key_partitions(keys, num_partitions)
+    for p in range(num_partitions):
+        local = np.flatnonzero(part_of == p)
+        arrays[f"{table}.{p}.local"] = local
+        arrays[f"{table}.{p}.off"], arrays[f"{table}.{p}.key"] = encode_bytes([keys[i] for i in local])
+        for name, values in (extra or {}).items():
+            if isinstance(values, list):  # ragged: bytes per key
+                arrays[f"{table}.{p}.{name}_off"], arrays[f"{table}.{p}.{name}"] = encode_bytes([values[i] for i in local])
+            else:
+                arrays[f"{table}.{p}.{name}"] = values[local]
+
+
+def encode_bytes(blobs: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets (n+1,) int64, concatenated bytes uint8)``."""
+    offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in blobs], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(blobs), dtype=np.uint8).copy()
 
 
 def _ragged(chunks: Sequence[Sequence[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -122,10 +145,11 @@ def _ragged(chunks: Sequence[Sequence[int]], dtype) -> tuple[np.ndarray, np.ndar
 
 def analyze_range(rng: ByteRange, splits: Sequence[str] | None, parser: ConstituencyParser, directory: str | Path,
                   *, key: str, cache: ParseCache | None = None, max_words: int = 100, dump: bool = False,
-                  prune_probability: float = 0.0, prune_seed: int = 0,
+                  prune_probability: float = 0.0, prune_seed: int = 0, num_partitions: int = 1,
                   before_summary: Callable[[], None] | None = None) -> PartSummary:
     """Read, parse, extract and write one shard's part (the module docstring); returns its summary.
 
+    ``num_partitions``: the merge's; each key table is written split by partition (:func:`partitioned_keys`).
     ``before_summary()`` runs between writing the part and its summary (the fault-injection tests kill the
     worker there: a part without its summary is not finished and is made again).
 
@@ -153,12 +177,10 @@ def analyze_range(rng: ByteRange, splits: Sequence[str] | None, parser: Constitu
                                           ensure_ascii=False) + "\n")
     part = builder.part()
     arrays: dict[str, np.ndarray] = {}
-    arrays["c_off"], arrays["c_utf8"] = encode_strings(part.concept_texts)
-    arrays["c_hash"] = key_hashes(arrays["c_off"], arrays["c_utf8"])
-    arrays["c_kinds"] = np.asarray(part.concept_kinds, dtype=np.uint8)
-    arrays["c_label_off"], arrays["c_label_utf8"] = encode_strings(part.concept_labels)
-    arrays["p_off"], arrays["p_utf8"] = encode_strings(part.predicate_templates)
-    arrays["p_hash"] = key_hashes(arrays["p_off"], arrays["p_utf8"])
+    partitioned_keys(arrays, "concepts", [t.encode("utf-8") for t in part.concept_texts], num_partitions,
+                     {"kinds": np.asarray(part.concept_kinds, dtype=np.uint8),
+                      "label": [t.encode("utf-8") for t in part.concept_labels]})
+    partitioned_keys(arrays, "predicates", [t.encode("utf-8") for t in part.predicate_templates], num_partitions)
     arrays["d_parent"] = np.asarray([d.parent for d in part.derivations], dtype=np.int32)
     arrays["d_predicate"] = np.asarray([d.predicate for d in part.derivations], dtype=np.int32)
     arrays["d_child_ptr"], arrays["d_children"] = _ragged([d.children for d in part.derivations], np.int32)
@@ -171,7 +193,7 @@ def analyze_range(rng: ByteRange, splits: Sequence[str] | None, parser: Constitu
     arrays["cap_concept_ptr"], arrays["cap_concepts"] = _ragged([c.concepts for c in caps], np.int32)
     arrays["cap_text_off"], arrays["cap_text_utf8"] = encode_strings([c.text for c in caps])
     arrays["img_off"], arrays["img_utf8"] = encode_strings([im.image_id for im in got.images])
-    arrays["img_hash"] = key_hashes(arrays["img_off"], arrays["img_utf8"])
+    partitioned_keys(arrays, "images", [im.image_id.encode("utf-8") for im in got.images], num_partitions)
     split_names: dict[str, int] = {}
     arrays["img_split"] = np.asarray([-1 if im.split is None else split_names.setdefault(im.split, len(split_names))
                                       for im in got.images], dtype=np.int32)
@@ -190,7 +212,7 @@ def analyze_range(rng: ByteRange, splits: Sequence[str] | None, parser: Constitu
         num_concepts=len(part.concept_texts), num_predicates=len(part.predicate_templates),
         num_derivations=len(part.derivations), num_caption_derivs=int(arrays["cap_derivs"].size),
         num_caption_concepts=int(arrays["cap_concepts"].size), caption_text_bytes=int(arrays["cap_text_utf8"].size),
-        image_id_bytes=int(arrays["img_utf8"].size), split_names=list(split_names), split_counts=got.split_counts,
+        image_id_bytes=int(arrays["img_utf8"].size), num_partitions=num_partitions, split_names=list(split_names), split_counts=got.split_counts,
         skipped=dict(report.skipped), skipped_examples=list(report.skipped_examples),
         seconds=round(time.perf_counter() - started, 3), peak_rss_mb=peak_rss_mb())
     tmp = paths["summary"].with_name(paths["summary"].name + ".tmp")
