@@ -119,3 +119,20 @@ def test_a_prebuilt_graph_of_another_corpus_or_split_is_refused(tmp_path, f30k_t
                         graphs=GraphOptions(progress=False, candidate_graph=tmp_path / "cand"))
     graph = load_graph(tmp_path / "cand")
     assert graph.image_splits.names == ["test"]
+
+
+def test_cli_within_one_corpus_with_a_prebuilt_graph_gives_the_same_split(tmp_path, f30k_to_coco):
+    from crg.cli.make_mcd_split import main
+
+    train, _ = f30k_to_coco
+    build_crg_partitioned(train, ParserSpec("spacy"), tmp_path / "g", config=RayConfig(shards=2), num_partitions=3,
+                          progress=False, use_ray=False, cache_path=default_cache_path())
+    base = ["--train", str(train), "--num-images", "25", "--num-random", "4", "--anneal-steps", "3", "--quiet"]
+    assert main([*base, "--out", str(tmp_path / "today"), "--graph-cache", str(tmp_path / "cache")]) == 0
+    assert main([*base, "--out", str(tmp_path / "sparse"), "--train-graph", str(tmp_path / "g")]) == 0
+    for name in ("eval_ids.txt", "train_ids.txt"):
+        assert (tmp_path / "sparse" / name).read_text() == (tmp_path / "today" / name).read_text(), name
+    assert len((tmp_path / "sparse" / "eval_ids.txt").read_text().split()) == 25
+    with pytest.raises(SystemExit, match="--candidate-graph is for candidates from another corpus"):
+        main([*base, "--out", str(tmp_path / "x"), "--train-graph", str(tmp_path / "g"),
+              "--candidate-graph", str(tmp_path / "g")])
