@@ -199,7 +199,9 @@ class TablePartition:
         np.cumsum([len(lc) for lc, _ in self.occurrences], out=ptr[1:])
         locals_ = np.concatenate([lc for lc, _ in self.occurrences]) if self.occurrences else np.zeros(0, np.int64)
         entries = np.concatenate([e for _, e in self.occurrences]) if self.occurrences else np.zeros(0, np.int64)
-        np.savez(plan.work(f"{self.table}.map.{self.index}.npz"), ptr=ptr, locals=locals_, gids=self.gids[entries])
+        # separate .npy files: a shard's caption step maps them and reads its own slice, not every shard's
+        for name, values in (("ptr", ptr), ("locals", locals_), ("gids", self.gids[entries])):
+            np.save(plan.work(f"{self.table}.map.{self.index}.{name}.npy"), values)
         self.occurrences = []
         return len(self.keys)
 
@@ -255,9 +257,12 @@ def _shard_map(plan: MergePlan, table: str, shard: int, size: int) -> np.ndarray
     """``(size,)`` global id of each local key of ``shard``, from every partition's map piece."""
     out = np.full(size, -1, dtype=np.int64)
     for q in range(plan.num_partitions):
-        with np.load(plan.work(f"{table}.map.{q}.npz")) as data:
-            ptr = data["ptr"]
-            out[data["locals"][ptr[shard]:ptr[shard + 1]]] = data["gids"][ptr[shard]:ptr[shard + 1]]
+        ptr = map_or_read(plan.work(f"{table}.map.{q}.ptr.npy"))
+        lo, hi = int(ptr[shard]), int(ptr[shard + 1])
+        if hi > lo:
+            locals_ = map_or_read(plan.work(f"{table}.map.{q}.locals.npy"))
+            gids = map_or_read(plan.work(f"{table}.map.{q}.gids.npy"))
+            out[np.asarray(locals_[lo:hi])] = gids[lo:hi]
     if size and out.min() < 0:
         raise RuntimeError(f"shard {shard}: some {table} got no global id (a map piece is missing)")
     return out
@@ -298,8 +303,10 @@ class ShardBases:
 
 
 def write_shard_captions(plan: MergePlan, shard: int, bases: ShardBases, num_derivations: int,
-                         split_codes: Sequence[int]) -> None:
-    """Shard ``shard``'s slice of the caption arrays, caption texts, image ids and splits."""
+                         split_codes: Sequence[int], concept_ranges: Sequence[int], num_images: int) -> None:
+    """Shard ``shard``'s slice of the caption arrays, caption texts, image ids and splits; and its distinct
+    (concept, image) pairs, bucketed by the concept-id ranges ``concept_ranges`` (``(R+1,)`` bounds) for the
+    denotation steps (each reads its own bucket of every shard)."""
     part = load_part(plan.shard_dir, shard)
     cmap = np.load(plan.work(f"{shard:05d}.cmap.npy"))
     dmap = _shard_map(plan, "derivations", shard, num_derivations)
@@ -322,6 +329,12 @@ def write_shard_captions(plan: MergePlan, shard: int, bases: ShardBases, num_der
     row = np.repeat(np.arange(n), np.diff(part["cap_concept_ptr"]))      # (nnz,) caption of each concept entry
     gids = cmap[part["cap_concepts"]]
     put("caption_concepts", bases.caption_concept, gids[np.lexsort((gids, row))].astype(np.int32))
+    width = max(num_images, 1)
+    pairs = np.unique(gids * width + (part["cap_image"].astype(np.int64) + bases.image)[row])  # (concept, image)
+    bucket_of = np.searchsorted(np.asarray(concept_ranges[1:-1], dtype=np.int64), pairs // width, side="right")
+    cuts = np.searchsorted(bucket_of, np.arange(len(concept_ranges)))     # pairs are sorted, so are their buckets
+    np.savez(plan.work(f"{shard:05d}.den.npz"), **{f"r{r}": pairs[cuts[r]:cuts[r + 1]]
+                                                  for r in range(len(concept_ranges) - 1)})
     put("caption_texts.offsets", c0 + 1, part["cap_text_off"][1:] + bases.caption_text_byte)
     put("caption_texts.utf8", bases.caption_text_byte, part["cap_text_utf8"])
     i0 = bases.image
@@ -352,22 +365,17 @@ def shard_counts(plan: MergePlan, shard: int, bases: ShardBases, num_captions: i
     return compounds.nnz, atoms.nnz
 
 
-def denotation_range(plan: MergePlan, lo: int, hi: int, num_images: int) -> int:
-    """The denotations of concepts ``[lo, hi)`` (deduplicated (concept, image) pairs), to a working file;
-    returns how many pairs. Reads the final caption arrays in chunks."""
-    ptr = np.load(plan.piece("caption_concept_ptr"), mmap_mode="r")
-    concepts = np.load(plan.piece("caption_concepts"), mmap_mode="r") if ptr[-1] else np.zeros(0, np.int32)
-    images = np.load(plan.piece("caption_image"), mmap_mode="r") if len(ptr) > 1 else np.zeros(0, np.int32)
+def denotation_range(plan: MergePlan, r: int, lo: int, hi: int, num_images: int) -> int:
+    """The denotations of concepts ``[lo, hi)`` (range ``r``): the shards' pairs of that range, to a working file
+    as per-concept counts and sorted images; returns how many pairs."""
     width = max(num_images, 1)
-    pairs = []
-    for a in range(0, len(ptr) - 1, _CHUNK // 8):
-        b = min(a + _CHUNK // 8, len(ptr) - 1)
-        c = np.asarray(concepts[ptr[a]:ptr[b]], dtype=np.int64)
-        img = np.repeat(np.asarray(images[a:b], dtype=np.int64), np.diff(np.asarray(ptr[a:b + 1])))
-        keep = (c >= lo) & (c < hi)
-        pairs.append(np.unique((c[keep] - lo) * width + img[keep]))
-    pairs = np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
-    np.savez(plan.work(f"denotation.{lo}.npz"), counts=np.bincount(pairs // width, minlength=hi - lo),
+    pieces = []
+    for s in range(plan.num_shards):
+        with np.load(plan.work(f"{s:05d}.den.npz")) as data:
+            pieces.append(data[f"r{r}"])
+    # a shard's pairs are distinct and shards hold different images, so the union has no duplicate
+    pairs = np.sort(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64)
+    np.savez(plan.work(f"denotation.{lo}.npz"), counts=np.bincount(pairs // width - lo, minlength=hi - lo),
              images=(pairs % width).astype(np.int32))
     return len(pairs)
 
@@ -518,14 +526,15 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
         writer.open_array(name, dtype, (shape,))
     split_names: dict[str, int] = {}
     codes = [[split_names.setdefault(name, len(split_names)) for name in s.split_names] for s in summaries]
-    executor.map_on(parts, write_shard_captions, [(plan, s.shard, ShardBases(*(int(x) for x in starts[k])), s.num_derivations,
-                                         codes[k])
-                                        for k, s in enumerate(summaries)])
-    lap("captions")
-
     step = max(1, -(-n_concepts // plan.num_partitions))
     ranges = [(lo, min(lo + step, n_concepts)) for lo in range(0, n_concepts, step)]
-    totals = executor.map_on(parts, denotation_range, [(plan, lo, hi, n_img) for lo, hi in ranges])
+    bounds = [lo for lo, _ in ranges] + [n_concepts]
+    executor.map_on(parts, write_shard_captions, [(plan, s.shard, ShardBases(*(int(x) for x in starts[k])),
+                                                   s.num_derivations, codes[k], bounds, n_img)
+                                                  for k, s in enumerate(summaries)])
+    lap("captions")
+
+    totals = executor.map_on(parts, denotation_range, [(plan, r, lo, hi, n_img) for r, (lo, hi) in enumerate(ranges)])
     ptr = writer.open_array("concept_image_ptr", np.int64, (n_concepts + 1,))
     out = writer.open_array("concept_images", np.int32, (int(sum(totals)),))
     at = 0
