@@ -40,7 +40,8 @@ from crg.graph_store import ColumnarWriter, map_or_read
 from crg.shard_parts import PartSummary, load_part, partitioned_keys
 
 __all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "merge_parts", "remap_shard", "write_shard_captions",
-           "denotation_range", "running_sum", "TablePartition"]
+           "denotation_range", "running_sum", "TablePartition",
+           "place_denotation", "place_counts", "shard_counts"]
 
 TABLES = ("concepts", "predicates", "derivations", "images")
 _CHUNK = 1 << 22
@@ -380,28 +381,36 @@ def denotation_range(plan: MergePlan, r: int, lo: int, hi: int, num_images: int)
     return len(pairs)
 
 
-def _concatenate_counts(writer: ColumnarWriter, plan: MergePlan, nnz: np.ndarray, image_starts: np.ndarray,
-                        n_images: int, n_predicates: int, n_concepts: int) -> dict:
-    """The shards' count rows, in order, as the two CSR matrices of the graph (one shard in memory at a time)."""
-    shapes = {}
-    for k, (name, prefix, width) in enumerate((("mcd_compounds", "c", n_predicates), ("mcd_atoms", "a", n_concepts))):
-        total = int(nnz[:, k].sum())
-        data = writer.open_array(f"{name}.data", np.int32, (total,))
-        indices = writer.open_array(f"{name}.indices", np.int32, (total,))
-        indptr = writer.open_array(f"{name}.indptr", np.int64, (n_images + 1,))
-        at = 0
-        for s in range(plan.num_shards):
-            with np.load(plan.work(f"{s:05d}.counts.npz")) as piece:
-                d, i, p = piece[f"{prefix}_data"], piece[f"{prefix}_indices"], piece[f"{prefix}_indptr"]
-            data[at:at + len(d)] = d
-            indices[at:at + len(i)] = i
-            i0 = int(image_starts[s])
-            indptr[i0 + 1:i0 + len(p)] = p[1:] + at
-            at += len(d)
-        for arr in (data, indices, indptr):
-            arr.flush()
-        shapes[name] = [n_images, width]
-    return shapes
+def place_denotation(plan: MergePlan, lo: int, hi: int, at: int) -> None:
+    """Range ``[lo, hi)``'s denotations into the final CSR at pair offset ``at`` (every range in parallel)."""
+    with np.load(plan.work(f"denotation.{lo}.npz")) as data:
+        counts, images = data["counts"], data["images"]
+    if hi > lo:
+        ptr = _open(plan.piece("concept_image_ptr"))
+        ptr[lo + 1:hi + 1] = at + np.cumsum(counts)
+        _done(ptr, plan)
+    if len(images):
+        out = _open(plan.piece("concept_images"))
+        out[at:at + len(images)] = images
+        _done(out, plan)
+
+
+def place_counts(plan: MergePlan, shard: int, image_start: int, at: Sequence[int]) -> None:
+    """Shard ``shard``'s count rows into the graph's two CSR matrices, at non-zero offsets ``at`` (compounds,
+    atoms); every shard in parallel."""
+    with np.load(plan.work(f"{shard:05d}.counts.npz")) as piece:
+        pieces = {k: piece[k] for k in piece.files}
+    for (name, prefix), base in zip((("mcd_compounds", "c"), ("mcd_atoms", "a")), at):
+        data, indices, indptr = pieces[f"{prefix}_data"], pieces[f"{prefix}_indices"], pieces[f"{prefix}_indptr"]
+        if len(data):
+            for suffix, values in (("data", data), ("indices", indices)):
+                arr = _open(plan.piece(f"{name}.{suffix}"))
+                arr[base:base + len(values)] = values
+                _done(arr, plan)
+        if len(indptr) > 1:
+            arr = _open(plan.piece(f"{name}.indptr"))
+            arr[image_start + 1:image_start + len(indptr)] = indptr[1:] + base
+            _done(arr, plan)
 
 
 def running_sum(path: Path) -> int:
@@ -535,25 +544,25 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
     lap("captions")
 
     totals = executor.map_on(parts, denotation_range, [(plan, r, lo, hi, n_img) for r, (lo, hi) in enumerate(ranges)])
-    ptr = writer.open_array("concept_image_ptr", np.int64, (n_concepts + 1,))
-    out = writer.open_array("concept_images", np.int32, (int(sum(totals)),))
-    at = 0
-    for lo, hi in ranges:
-        with np.load(plan.work(f"denotation.{lo}.npz")) as data:
-            counts, imgs = data["counts"], data["images"]
-        ptr[lo + 1:hi + 1] = at + np.cumsum(counts)
-        out[at:at + len(imgs)] = imgs
-        at += len(imgs)
-    ptr.flush()
-    out.flush()
-    del ptr, out
+    writer.open_array("concept_image_ptr", np.int64, (n_concepts + 1,))
+    writer.open_array("concept_images", np.int32, (int(sum(totals)),))
+    at = np.concatenate([[0], np.cumsum(totals, dtype=np.int64)])       # (R+1,) where each range's pairs go
+    executor.map_on(parts, place_denotation, [(plan, lo, hi, int(at[r])) for r, (lo, hi) in enumerate(ranges)])
     lap("denotations")
     nnz = np.asarray(executor.map_on(parts, shard_counts, [(plan, s.shard, ShardBases(*(int(x) for x in starts[k])),
                                                             s.num_used, s.num_images, n_predicates)
                                                            for k, s in enumerate(summaries)]),
                      dtype=np.int64).reshape(n_shards, 2)
+    nnz_at = np.vstack([np.zeros((1, 2), np.int64), np.cumsum(nnz, axis=0)])  # (S+1, 2) compounds, atoms
+    counts = {}
+    for k, (name, width) in enumerate((("mcd_compounds", n_predicates), ("mcd_atoms", n_concepts))):
+        writer.open_array(f"{name}.data", np.int32, (int(nnz_at[-1, k]),))
+        writer.open_array(f"{name}.indices", np.int32, (int(nnz_at[-1, k]),))
+        writer.open_array(f"{name}.indptr", np.int64, (n_img + 1,))
+        counts[name] = [n_img, width]
+    executor.map_on(parts, place_counts, [(plan, s.shard, int(starts[k, 4]), nnz_at[k].tolist())
+                                          for k, s in enumerate(summaries)])
     del parts  # the actors end with their handles
-    counts = _concatenate_counts(writer, plan, nnz, starts[:, 4], n_img, n_predicates, n_concepts)
     lap("mcd_counts")
     writer.declare_strings(["concept_texts", "concept_labels", "predicate_templates", "caption_texts", "image_ids"])
     writer.commit(meta, list(split_names), {"counts": counts})
