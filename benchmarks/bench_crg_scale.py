@@ -3,6 +3,12 @@
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale                  # 250K / 500K / 1M captions
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --sizes 20000 --one-worker-sizes 20000
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --single-engine-sizes 250000  # + default engine
+    python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --sizes 1000000 --merge driver  # the old merge
+
+Builds use ``--merge partitioned`` by default (workers read byte ranges, a distributed merge, a columnar graph;
+docs/scale.md); ``--merge driver`` measures the driver-merge build. Each row also gives the graph's bytes per
+distinct concept and ``load_graph`` in a fresh process: seconds to open it and the resident memory added by
+opening it and reading its statistics, one concept, its denotation and one caption's derivations.
 
 The corpus is made of **distinct** captions of a generated world (features/world: scenes sampled as the
 world generator samples them, captions only, no features), each caption kept the first time it occurs,

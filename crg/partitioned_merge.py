@@ -6,9 +6,10 @@ id is the rank of its first occurrence ``(shard, local id)``: new keys of shard 
 ``base[s]`` = the keys first seen in earlier shards, in local-id order. That is computed without a global
 dictionary:
 
-1. **scan** -- keys are hash-partitioned (``crc32 % P``); each :class:`KeyPartition` (a Ray actor, or an object
-   in one process) reads its keys of every shard in shard order, keeps a dictionary of *its* keys only and
-   records which local ids are new in each shard (written to a file), returning the per-shard counts.
+1. **scan** -- keys are hash-partitioned (``crc32 % P``, cut so by the workers); each :class:`KeyPartition` (a
+   Ray actor, or an object in one process) reads its members of every shard in shard order, keeps a dictionary
+   of *its* keys only and records which local ids are new in each shard (written to a file), returning the
+   per-shard counts.
 2. **base** -- the driver sums the counts: ``base = cumsum`` (one integer per shard).
 3. **assign** -- each partition reads every partition's new-id lists (small integer arrays), ranks its own new
    keys within their shard, and writes, per shard, the global id of each of its local keys (a *map piece*).
@@ -18,8 +19,11 @@ dictionary:
 
 Concepts and predicates go through this first; then each shard's derivations are rewritten in global concept
 and predicate ids (:func:`remap_shard`) and go through it as keys of their own; then each shard writes its
-captions' slice of the caption arrays (:func:`write_shard_captions`), and gid ranges of concepts their
-denotations (:func:`denotation_range`). Image ids go through a scan too, to refuse an id given twice.
+captions' slice of the caption arrays and buckets its (concept, image) pairs by concept range
+(:func:`write_shard_captions`), each range its denotations (:func:`denotation_range`, :func:`place_denotation`),
+and each shard its rows of the MCD counts (:func:`shard_counts`, :func:`place_counts`). Those per-shard and
+per-range steps run on the partition actors, round robin. Image ids go through a scan too, to refuse an id
+given twice.
 
 The result equals :meth:`crg.graph.GraphBuilder.add_part` over the parts in order, which equals the default
 engine's graph (``tests/test_crg_scale.py`` checks every array and string table). The driver holds a few
@@ -43,8 +47,7 @@ __all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "merge_parts", "remap_s
            "denotation_range", "running_sum", "TablePartition",
            "place_denotation", "place_counts", "shard_counts"]
 
-TABLES = ("concepts", "predicates", "derivations", "images")
-_CHUNK = 1 << 22
+_CHUNK = 1 << 22   # elements per step of the driver's running sums
 
 
 @dataclass(frozen=True)
