@@ -43,11 +43,20 @@ import numpy as np
 from crg.graph_store import ColumnarWriter, map_or_read
 from crg.shard_parts import PartSummary, load_part, partitioned_keys
 
-__all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "merge_parts", "remap_shard", "write_shard_captions",
+__all__ = ["KeyPartition", "LocalExecutor", "MergePlan", "MergeReport", "merge_parts", "remap_shard", "write_shard_captions",
            "denotation_range", "running_sum", "TablePartition",
            "place_denotation", "place_counts", "shard_counts"]
 
 _CHUNK = 1 << 22   # elements per step of the driver's running sums
+
+
+@dataclass
+class MergeReport:
+    """How the merge went: seconds per step, and the largest partition process's peak resident memory (in one
+    process: this process's)."""
+
+    seconds: dict[str, float]
+    partition_peak_rss_mb: float
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,11 @@ class KeyPartition:
     def drop(self, table: str) -> None:
         """Let go of a table once its rows are written."""
         self.tables.pop(table, None)
+
+    def peak_rss_mb(self) -> float:
+        from crg.shards import peak_rss_mb
+
+        return peak_rss_mb()
 
     def run(self, fn: Callable, *args):
         """Run a per-shard or per-range step here (a warm process: no new worker to start and import)."""
@@ -465,10 +479,10 @@ def _ragged_piece(executor, writer: ColumnarWriter, parts: list, table: str, n: 
 
 
 def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir: str | Path, meta: dict, *,
-                executor=None, num_partitions: int = 2, sync: bool = False) -> dict[str, float]:
+                executor=None, num_partitions: int = 2, sync: bool = False) -> "MergeReport":
     """Merge the parts of ``summaries`` (in shard order) into the columnar graph of ``out_dir`` (module
     docstring). ``executor`` runs the partitions and per-shard steps (:class:`LocalExecutor` by default; the Ray
-    engine passes Ray actors and tasks). Returns the seconds each step took."""
+    engine passes Ray actors and tasks). Returns the seconds each step took and the partitions' peak memory."""
     seconds: dict[str, float] = {}
     clock = [time.perf_counter()]
 
@@ -565,11 +579,12 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
         counts[name] = [n_img, width]
     executor.map_on(parts, place_counts, [(plan, s.shard, int(starts[k, 4]), nnz_at[k].tolist())
                                           for k, s in enumerate(summaries)])
+    peak = max(executor.call(parts, "peak_rss_mb"), default=0.0)
     del parts  # the actors end with their handles
     lap("mcd_counts")
     writer.declare_strings(["concept_texts", "concept_labels", "predicate_templates", "caption_texts", "image_ids"])
     writer.commit(meta, list(split_names), {"counts": counts})
     shutil.rmtree(work)
     lap("commit")
-    return seconds
+    return MergeReport(seconds, peak)
 

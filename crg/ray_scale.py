@@ -254,7 +254,8 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
         stages = merge_parts(shard_dir, ordered, out_dir, meta, executor=executor, num_partitions=partitions,
                     sync=bool(config.address))  # joined a cluster: other nodes may read what a node wrote
         engine.merge_seconds = round(time.perf_counter() - merge_started, 2)
-        engine.merge_steps = stages
+        engine.merge_steps = stages.seconds
+        engine.merge_peak_rss_mb = stages.partition_peak_rss_mb
         report.extract_seconds = engine.merge_seconds
     finally:
         bar.close()
