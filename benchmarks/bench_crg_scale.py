@@ -84,6 +84,7 @@ opened = time.perf_counter() - started
 s = g.stats()                                   # touches the kinds and heights
 mid = g.concept(g.num_concepts // 2)            # one string, one denotation, one caption's derivations
 g.denotation(mid.id); g.caption_derivations(g.num_captions // 2)
+assert g.concept_id(g.concept_texts[g.num_concepts // 3]) == g.num_concepts // 3  # a lookup by text
 print(json.dumps({"load_seconds": round(opened, 3), "load_and_stats_seconds": round(time.perf_counter() - started, 3),
                   "load_rss_mb": round(rss_mb() - base, 1),
                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -93,7 +94,8 @@ print(json.dumps({"load_seconds": round(opened, 3), "load_and_stats_seconds": ro
 
 def measure_load(graph_dir: Path) -> dict:
     """``load_graph`` in a fresh process: seconds to open, and the resident memory it added after opening the
-    graph and reading its statistics, one concept, its denotation and one caption's derivations."""
+    graph and reading its statistics, one concept, its denotation, one caption's derivations and one concept
+    looked up by its text."""
     res = subprocess.run([sys.executable, "-c", _LOAD, str(graph_dir)], capture_output=True, text=True)
     if res.returncode != 0:
         return {"load_error": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else "failed"}

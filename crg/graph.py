@@ -126,16 +126,16 @@ class ConceptGraph:
 
     # ------------------------------------------------------------------ lookups
     @cached_property
-    def _concept_index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.concept_texts)}
+    def _concept_index(self):
+        return _text_index(self.concept_texts)
 
     @cached_property
-    def _predicate_index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.predicate_templates)}
+    def _predicate_index(self):
+        return _text_index(self.predicate_templates)
 
     @cached_property
-    def _image_index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.image_ids)}
+    def _image_index(self):
+        return _text_index(self.image_ids)
 
     @cached_property
     def _parent_derivations(self) -> tuple[np.ndarray, np.ndarray]:
@@ -280,6 +280,13 @@ class ConceptGraph:
         meta = strings.pop("meta", {})
         strings.pop("format_version")
         return cls(**strings, **arrays, meta=meta)
+
+
+def _text_index(table: Sequence[str]):
+    """Text -> id: a memory-mapped table's saved hash index (no string decoded but the few compared), else a
+    dictionary of the whole table."""
+    lookup = getattr(table, "lookup", None)
+    return lookup if lookup is not None else {t: i for i, t in enumerate(table)}
 
 
 def load_graph(directory: str | Path, *, mmap: bool = True) -> ConceptGraph:

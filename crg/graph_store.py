@@ -28,15 +28,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zlib
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["COLUMNAR_VERSION", "StringTable", "CodedStrings", "ColumnarWriter", "write_columnar", "read_columnar",
+__all__ = ["COLUMNAR_VERSION", "StringTable", "HashIndex", "CodedStrings", "INDEXED", "ColumnarWriter", "write_columnar", "read_columnar",
            "is_columnar", "columnar_files", "map_or_read"]
 
 COLUMNAR_VERSION = 2
+INDEXED = ("concept_texts", "predicate_templates", "image_ids")  # string tables saved with a HashIndex
 MANIFEST = "graph.json"
 FOLDER = "graph"
 
@@ -49,11 +51,12 @@ class StringTable(Sequence):
 
     __hash__ = None  # a sequence compared by value, like a list
 
-    def __init__(self, offsets: np.ndarray, data: np.ndarray):
+    def __init__(self, offsets: np.ndarray, data: np.ndarray, lookup: "HashIndex | None" = None):
         if offsets.ndim != 1 or len(offsets) < 1:
             raise ValueError("a string table needs (n+1,) offsets")
         self.offsets = offsets
         self.data = data
+        self.lookup = lookup    # text -> position, when the table was saved with its hash index
 
     @classmethod
     def from_strings(cls, strings: Iterable[str]) -> "StringTable":
@@ -98,6 +101,55 @@ class StringTable(Sequence):
     def __repr__(self) -> str:
         head = ", ".join(repr(s) for s in self[:3])
         return f"StringTable([{head}{', ...' if len(self) > 3 else ''}], n={len(self)})"
+
+
+class HashIndex:
+    """Text -> position in a :class:`StringTable`, without a dictionary of every string: the positions sorted by
+    the strings' crc32 (``order``) and those hashes (``hashes``, sorted), both memory-mapped; a lookup binary-searches
+    the hash and compares the few strings that share it (O(log n) pages touched).
+
+    >>> t = StringTable.from_strings(["dog", "cat", "a red ball"])
+    >>> index = HashIndex.build(t)
+    >>> index["cat"], "bird" in index
+    (1, False)
+    """
+
+    def __init__(self, hashes: np.ndarray, order: np.ndarray, table: StringTable):
+        self.hashes, self.order, self.table = hashes, order, table
+
+    @staticmethod
+    def hash(text: str) -> int:
+        """The key of a string: crc32 of its UTF-8 (what the partitioned merge computes from the bytes)."""
+        return zlib.crc32(text.encode("utf-8"))
+
+    @classmethod
+    def hash_all(cls, table: Iterable[str]) -> np.ndarray:
+        return np.fromiter((cls.hash(s) for s in table), dtype=np.uint32)
+
+    @classmethod
+    def build(cls, table: StringTable) -> "HashIndex":
+        hashes = cls.hash_all(table)
+        order = np.argsort(hashes, kind="stable")
+        return cls(hashes[order], order.astype(np.int64), table)
+
+    def get(self, text: str, default=None):
+        h = self.hash(text)
+        lo = int(np.searchsorted(self.hashes, h, side="left"))
+        hi = int(np.searchsorted(self.hashes, h, side="right"))
+        for k in range(lo, hi):
+            position = int(self.order[k])
+            if self.table[position] == text:
+                return position
+        return default
+
+    def __getitem__(self, text: str) -> int:
+        position = self.get(text)
+        if position is None:
+            raise KeyError(text)
+        return position
+
+    def __contains__(self, text: str) -> bool:
+        return self.get(text) is not None
 
 
 class CodedStrings(Sequence):
@@ -177,6 +229,10 @@ class ColumnarWriter:
         self.array(f"{name}.offsets", np.asarray(table.offsets, dtype=np.int64) - int(table.offsets[0]))
         self.array(f"{name}.utf8", np.asarray(table.data[table.offsets[0]:table.offsets[-1]], dtype=np.uint8))
         self.strings.append(name)
+        if name in INDEXED:
+            index = HashIndex.build(table)
+            self.array(f"{name}.hash_sorted", index.hashes)
+            self.array(f"{name}.hash_order", index.order)
 
     def declare_strings(self, names: Sequence[str]) -> None:
         """``NAME.offsets`` and ``NAME.utf8`` of each name were written through :meth:`open_array`."""
@@ -254,7 +310,10 @@ def read_columnar(directory: str | Path, arrays: Sequence[str], strings: Sequenc
     fields: dict = {name: get(name) for name in arrays}
     for name in strings:
         if name != "image_splits":
-            fields[name] = StringTable(get(f"{name}.offsets"), get(f"{name}.utf8"))
+            table = StringTable(get(f"{name}.offsets"), get(f"{name}.utf8"))
+            if f"{name}.hash_sorted" in specs:  # a graph saved before the index loads without it
+                table.lookup = HashIndex(get(f"{name}.hash_sorted"), get(f"{name}.hash_order"), table)
+            fields[name] = table
     fields["image_splits"] = CodedStrings(get("image_split_codes"), manifest["split_names"])
     fields["meta"] = manifest.get("meta", {})
     return fields

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -126,6 +127,9 @@ class KeyPartition:
 
     def write_scalars(self, table: str) -> None:
         self.tables[table].write_scalars()
+
+    def write_hashes(self, table: str, path: str) -> None:
+        self.tables[table].write_hashes(path)
 
     def drop(self, table: str) -> None:
         """Let go of a table once its rows are written."""
@@ -252,6 +256,14 @@ class TablePartition:
         within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         data[np.repeat(starts, lengths) + within] = np.concatenate(values)
         _done(data, self.plan)
+
+    def write_hashes(self, path: str) -> None:
+        """The crc32 of each key at its global id, into the working array ``path`` (for the text index)."""
+        if not self.keys:
+            return
+        arr = np.load(path, mmap_mode="r+")
+        arr[self.gids] = np.fromiter((zlib.crc32(k) for k in self.keys), dtype=np.uint32, count=len(self.keys))
+        _done(arr, self.plan)
 
     def write_scalars(self) -> None:
         """Concepts: their kinds; derivations: parent and predicate."""
@@ -430,6 +442,27 @@ def place_counts(plan: MergePlan, shard: int, image_start: int, at: Sequence[int
             _done(arr, plan)
 
 
+def sort_hash_index(plan: MergePlan, name: str) -> None:
+    """String table ``name``'s :class:`crg.graph_store.HashIndex`: its ids sorted by hash, and those hashes, from
+    the working array of per-id hashes (one task: 12 bytes per string)."""
+    hashes = map_or_read(plan.work(f"{name}.hash.npy"))
+    order = np.argsort(hashes, kind="stable")
+    for suffix, values in (("hash_sorted", np.asarray(hashes)[order]), ("hash_order", order.astype(np.int64))):
+        if len(values):
+            arr = _open(plan.piece(f"{name}.{suffix}"))
+            arr[:] = values
+            _done(arr, plan)
+
+
+def _hash_index(executor, writer: ColumnarWriter, plan: MergePlan, parts: list, table: str, name: str,
+                n: int) -> None:
+    np.lib.format.open_memmap(plan.work(f"{name}.hash.npy"), mode="w+", dtype=np.uint32, shape=(n,))
+    executor.call(parts, "write_hashes", table, str(plan.work(f"{name}.hash.npy")))
+    writer.open_array(f"{name}.hash_sorted", np.uint32, (n,))
+    writer.open_array(f"{name}.hash_order", np.int64, (n,))
+    executor.map_on(parts, sort_hash_index, [(plan, name)])
+
+
 def running_sum(path: Path) -> int:
     """In place: a ``(n+1,)`` array holding lengths at ``[1:]`` becomes their offsets; in fixed-size chunks, so
     the driver's memory does not grow with ``n``. Returns the total."""
@@ -510,6 +543,7 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
     parts = executor.actors(KeyPartition, [(plan, p) for p in range(plan.num_partitions)])
     lap("start_partitions")
     n_images = _global_table(executor, parts, plan, "images", unique=True)
+    _hash_index(executor, writer, plan, parts, "images", "image_ids", n_images)
     executor.call(parts, "drop", "images")
     lap("images")
     n_concepts = _global_table(executor, parts, plan, "concepts")
@@ -522,6 +556,8 @@ def merge_parts(shard_dir: str | Path, summaries: Sequence[PartSummary], out_dir
                   "label", np.uint8)
     _ragged_piece(executor, writer, parts, "predicates", n_predicates, "predicate_templates.offsets",
                   "predicate_templates.utf8", "text", np.uint8)
+    _hash_index(executor, writer, plan, parts, "concepts", "concept_texts", n_concepts)
+    _hash_index(executor, writer, plan, parts, "predicates", "predicate_templates", n_predicates)
     executor.call(parts, "drop", "concepts")
     executor.call(parts, "drop", "predicates")
     lap("concepts_predicates")

@@ -17,7 +17,7 @@ from crg.build import build_crg
 from crg.corpus import CorpusFormatError, read_corpus
 from crg.corpus_ranges import check_range_corpus, plan_byte_ranges, read_byte_range
 from crg.graph import _ARRAYS, _STRINGS, ConceptGraph, load_graph
-from crg.graph_store import CodedStrings, StringTable
+from crg.graph_store import CodedStrings, HashIndex, StringTable
 from crg.ray_engine import ParserSpec, RayConfig
 from crg.ray_scale import build_crg_partitioned
 
@@ -130,6 +130,28 @@ def test_a_damaged_columnar_graph_says_what_is_wrong(tmp_path, spacy_parser):
         load_graph(tmp_path / "h")
 
 
+def test_text_lookups_of_a_memory_mapped_graph_use_its_hash_index(tmp_path, spacy_parser, awkward_corpus):
+    graph, _ = build_crg(read_corpus(awkward_corpus), spacy_parser, progress=False)
+    graph.save(tmp_path / "g", columnar=True)
+    loaded = load_graph(tmp_path / "g")
+    assert isinstance(loaded._concept_index, HashIndex) and isinstance(loaded._image_index, HashIndex)
+    assert all(loaded.concept_id(t) == graph.concept_id(t) for t in graph.concept_texts)
+    assert all(loaded.predicate_id(t) == k for k, t in enumerate(graph.predicate_templates))
+    assert all(loaded.captions_of_image(i) == graph.captions_of_image(i) for i in graph.image_ids)
+    with pytest.raises(KeyError, match="no concept 'a purple zebra' in the graph"):
+        loaded.concept_id("A purple  zebra")
+
+
+    class Clashing(HashIndex):  # every string the same hash: the strings themselves must decide
+        @staticmethod
+        def hash(text: str) -> int:
+            return 7
+
+    table = loaded.concept_texts
+    clash = Clashing.build(table)
+    assert [clash[t] for t in table] == list(range(len(table))) and "a purple zebra" not in clash
+
+
 def test_string_table_behaves_as_a_list():
     words = ["a", "", "ünïcode", "two words"] * 40_000  # more than one iteration block
     table = StringTable.from_strings(words)
@@ -152,6 +174,9 @@ def test_partitioned_build_gives_the_default_engines_graph(tmp_path, spacy_parse
                                   config=RayConfig(shards=shards), num_partitions=partitions,
                                   dump_path=tmp_path / "got.jsonl", progress=False, use_ray=False)
     assert_same_graph(build.graph, want)
+    for name in ("concept_texts", "predicate_templates", "image_ids"):  # the merge's index = one built whole
+        index, whole = getattr(build.graph, name).lookup, HashIndex.build(getattr(build.graph, name))
+        assert np.array_equal(index.hashes, whole.hashes) and np.array_equal(index.order, whole.order), name
     assert comparable(build.report) == comparable(want_report)
     assert want_report.skipped  # the comparison covered skipped captions
     assert (tmp_path / "got.jsonl").read_text() == (tmp_path / "want.jsonl").read_text()
