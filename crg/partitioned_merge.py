@@ -183,7 +183,8 @@ class TablePartition:
                         self.labels.append(labels[label_off[k]:label_off[k + 1]])
                 elif self.unique:
                     raise ValueError(f"image id {key.decode('utf-8')!r} appears twice in the corpus (shards "
-                                     f"{self.first_shard[entry]} and {s}); image ids must be unique")
+                                     f"{self.first_shard[entry]} and {s}); image ids must be unique (in a TSV, an "
+                                     f"image's lines must be together)")
                 entries[k] = entry
             if "kinds" in got:
                 kind_entries.append(entries)

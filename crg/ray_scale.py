@@ -1,12 +1,12 @@
 """The partitioned Ray build: workers read their own byte ranges, a distributed merge, a columnar graph.
 
-    gc-build-crg --captions CORPUS.jsonl --out OUT --engine ray --merge partitioned [--address auto] [--workers N]
+    gc-build-crg --captions CORPUS.jsonl|.tsv --out OUT --engine ray --merge partitioned [--address auto] [--workers N]
 
 Why: in the driver-merge build (:mod:`crg.ray_engine`) the driver reads the corpus, writes every shard's
 captions, merges every part serially and holds the graph as Python objects -- all in proportion to the corpus.
-Here the driver only plans byte ranges of the JSONL file (:mod:`crg.corpus_ranges`), hands them to a Ray Data
+Here the driver only plans byte ranges of the JSONL or TSV file (:mod:`crg.corpus_ranges`), hands them to a Ray Data
 pool of parser actors (each writes a columnar part, :mod:`crg.shard_parts`), and runs the merge as Ray actors
-(one per hash partition of the keys) and tasks (one per shard, one per concept range)
+(one per hash partition of the keys), which also run the per-shard and per-concept-range steps
 (:mod:`crg.partitioned_merge`); the graph is written straight into the columnar layout
 (:mod:`crg.graph_store`) and opened memory-mapped. What the driver holds is a few numbers per shard.
 
@@ -164,19 +164,20 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
                           dump_path: str | Path | None = None, progress: bool = True, max_words: int = 100,
                           prune_probability: float = 0.0, prune_seed: int = 0, parser_key: str | None = None,
                           use_ray: bool = True) -> PartitionedBuild:
-    """Build the CRG of the JSONL corpus ``captions`` (images of ``splits``) into ``out_dir`` (columnar).
+    """Build the CRG of the JSONL or TSV corpus ``captions`` (images of ``splits``) into ``out_dir`` (columnar).
 
     Shard files go to ``out_dir/shards``; ``num_partitions`` merge partitions (default: the workers);
     ``use_ray=False`` runs every step in this process (tests, and a reference for the Ray run).
     """
     config = config or RayConfig()
     started = time.perf_counter()
-    path = check_range_corpus(captions, None)
+    fmt = check_range_corpus(captions, None)
+    path = Path(captions)
     out_dir = Path(out_dir)
     shard_dir = out_dir / "shards"
     shard_dir.mkdir(parents=True, exist_ok=True)
-    n_ranges = config.shards or max(1, -(-estimate_captions(path) // config.shard_size))
-    ranges = plan_byte_ranges(path, n_ranges)
+    n_ranges = config.shards or max(1, -(-estimate_captions(path, fmt) // config.shard_size))
+    ranges = plan_byte_ranges(path, n_ranges, fmt)
     parser_key = parser_key or parser.make().cache_key()
     owns_ray = False
     pipeline_started = time.perf_counter()
@@ -249,7 +250,7 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
         if report.num_used == 0:
             raise ValueError(f"every caption of {path} was skipped ({report.as_dict()}); no graph written")
         merge_started = time.perf_counter()
-        meta = graph_meta(Corpus(path, "jsonl", []), parser_key, report, prune_probability, prune_seed)
+        meta = graph_meta(Corpus(path, fmt, []), parser_key, report, prune_probability, prune_seed)
         executor = RayExecutor() if use_ray else LocalExecutor()
         stages = merge_parts(shard_dir, ordered, out_dir, meta, executor=executor, num_partitions=partitions,
                     sync=bool(config.address))  # joined a cluster: other nodes may read what a node wrote

@@ -159,7 +159,7 @@ def analyze_range(rng: ByteRange, splits: Sequence[str] | None, parser: Constitu
     started = time.perf_counter()
     paths = part_paths(directory, rng.index)
     got = read_byte_range(rng, None if splits is None else set(splits))
-    corpus = Corpus(Path(rng.path), "jsonl", got.images)
+    corpus = Corpus(Path(rng.path), rng.format, got.images)
     report = BuildReport()
     todo = usable_captions(corpus, report, max_words=max_words)
     builder = GraphBuilder([], [])

@@ -86,13 +86,46 @@ def test_a_bad_line_in_a_range_names_the_file_and_its_line(tmp_path, awkward_cor
     assert messages == [str(from_reader.value)]
 
 
-def test_only_uncompressed_jsonl_is_read_in_ranges(tmp_path):
-    for name in ("c.jsonl.gz", "c.tsv", "c.json"):
+def test_only_uncompressed_jsonl_and_tsv_are_read_in_ranges(tmp_path):
+    for name in ("c.jsonl.gz", "c.tsv.gz", "c.json", "c_caps.txt"):
         (tmp_path / name).write_bytes(b"x")
         with pytest.raises(CorpusFormatError, match="uncompressed JSONL"):
             check_range_corpus(tmp_path / name, None)
     with pytest.raises(FileNotFoundError):
         check_range_corpus(tmp_path / "missing.jsonl", None)
+    (tmp_path / "ok.tsv").write_bytes(b"x")
+    assert check_range_corpus(tmp_path / "ok.tsv", None) == "tsv"
+    with pytest.raises(CorpusFormatError, match="uncompressed JSONL"):
+        check_range_corpus(tmp_path / "ok.tsv", "jsonl")
+
+
+@pytest.fixture(scope="module")
+def tsv_corpus(awkward_corpus, tmp_path_factory):
+    """The awkward corpus as a TSV with a header and a split column (a line per caption)."""
+    lines = ["image_id\tcaption\tsplit"]
+    for im in read_corpus(awkward_corpus).images:
+        lines += [f"{im.image_id}\t{c}\t{im.split}" for c in im.captions if isinstance(c, str)]
+    path = tmp_path_factory.mktemp("tsv") / "toy.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 13, 60])
+def test_tsv_ranges_keep_each_images_lines_together_and_read_back_the_corpus(tsv_corpus, n):
+    ranges = plan_byte_ranges(tsv_corpus, n, "tsv")
+    images = [im for r in ranges for im in read_byte_range(r).images]
+    want = read_corpus(tsv_corpus).images
+    assert [(im.image_id, im.split, im.captions, im.raw) for im in images] == \
+        [(im.image_id, im.split, im.captions, im.raw) for im in want]
+
+
+def test_a_tsv_images_lines_apart_are_refused_in_ranges(tmp_path):
+    path = tmp_path / "apart.tsv"
+    path.write_text("a\ta dog\nb\ta cat\na\ta red dog\n", encoding="utf-8")
+    assert [im.captions for im in read_corpus(path).images] == [["a dog", "a red dog"], ["a cat"]]
+    (r,) = plan_byte_ranges(path, 1, "tsv")
+    with pytest.raises(CorpusFormatError, match=r"apart.tsv:3: image 'a' has lines apart \(line 1 too\)"):
+        read_byte_range(r)
 
 
 # ------------------------------------------------------------------------------------- columnar graph
@@ -182,6 +215,15 @@ def test_partitioned_build_gives_the_default_engines_graph(tmp_path, spacy_parse
     assert (tmp_path / "got.jsonl").read_text() == (tmp_path / "want.jsonl").read_text()
     assert build.graph.meta["parser"] == want.meta["parser"]
     assert build.engine.num_shards == len(plan_byte_ranges(awkward_corpus, shards)) > min(shards, 3) - 1
+
+
+def test_partitioned_build_of_a_tsv_gives_the_default_engines_graph(tmp_path, spacy_parser, tsv_corpus):
+    want, want_report = build_crg(read_corpus(tsv_corpus), spacy_parser, progress=False)
+    build = build_crg_partitioned(tsv_corpus, ParserSpec("spacy"), tmp_path / "out", config=RayConfig(shards=6),
+                                  num_partitions=2, progress=False, use_ray=False)
+    assert_same_graph(build.graph, want)
+    assert comparable(build.report) == comparable(want_report)
+    assert build.graph.meta["corpus_format"] == want.meta["corpus_format"] == "tsv"
 
 
 def test_partitioned_build_refuses_a_split_no_image_has_and_a_repeated_image_id(tmp_path, awkward_corpus):

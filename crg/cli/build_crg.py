@@ -67,7 +67,7 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
                     help="--engine ray: cut the corpus into N shards (default: about 1,000 captions each)")
     ap.add_argument("--merge", choices=("driver", "partitioned"), default="driver",
                     help="--engine ray: driver (default) merges the shards in the driver and saves graph.npz; "
-                         "partitioned: workers read byte ranges of an uncompressed JSONL corpus themselves, Ray "
+                         "partitioned: workers read byte ranges of an uncompressed JSONL or TSV corpus themselves, Ray "
                          "actors merge hash partitions of the tables, the graph is saved columnar (graph.json + "
                          "graph/, memory-mapped by load_graph); the same graph (docs/scale.md)")
     ap.add_argument("--partitions", type=positive_int, default=None,
@@ -177,7 +177,7 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
         raise SystemExit("error: --resume rebuilds the graph in --out, --overwrite replaces it: give one of them")
     if partitioned:  # the workers read the corpus: here only what it is is checked
         try:
-            check_range_corpus(args.captions, args.format)
+            range_format = check_range_corpus(args.captions, args.format)
             import ray  # noqa: F401  (to fail here, with the fix, when the extra is missing)
         except (CorpusFormatError, FileNotFoundError) as err:
             raise SystemExit(f"error: {err}") from None
@@ -197,7 +197,7 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
     if corpus is not None and corpus.num_captions == 0:
         raise SystemExit(f"error: {args.captions} has no caption" + (f" in split(s) {args.split}" if args.split else "")
                          + "; nothing to build (check --split against the corpus' split labels)")
-    settings = {"captions": str(Path(args.captions).resolve()), "format": "jsonl" if partitioned else corpus.format,
+    settings = {"captions": str(Path(args.captions).resolve()), "format": range_format if partitioned else corpus.format,
                 "split": args.split,
                 "parser": args.parser, "parser_model": args.parser_model, "max_words": args.max_words,
                 "dump": args.dump}
