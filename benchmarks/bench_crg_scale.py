@@ -3,6 +3,12 @@
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale                  # 250K / 500K / 1M captions
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --sizes 20000 --one-worker-sizes 20000
     python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --single-engine-sizes 250000  # + default engine
+    python benchmarks/bench_crg_scale.py --out runs/bench_crg_scale --sizes 1000000 --merge driver  # the old merge
+
+Builds use ``--merge partitioned`` by default (workers read byte ranges, a distributed merge, a columnar graph;
+docs/scale.md); ``--merge driver`` measures the driver-merge build. Each row also gives the graph's bytes per
+distinct concept and ``load_graph`` in a fresh process: seconds to open it and the resident memory added by
+opening it and reading its statistics, one concept, its denotation and one caption's derivations.
 
 The corpus is made of **distinct** captions of a generated world (features/world: scenes sampled as the
 world generator samples them, captions only, no features), each caption kept the first time it occurs,
@@ -65,10 +71,48 @@ def prefix_corpus(src: Path, dst: Path, num_captions: int) -> int:
     return n
 
 
-def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | None, address: str) -> dict:
+_LOAD = """
+import json, resource, sys, time
+from crg.graph import load_graph
+def rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+base, started = rss_mb(), time.perf_counter()
+g = load_graph(sys.argv[1])
+opened = time.perf_counter() - started
+s = g.stats()                                   # touches the kinds and heights
+mid = g.concept(g.num_concepts // 2)            # one string, one denotation, one caption's derivations
+g.denotation(mid.id); g.caption_derivations(g.num_captions // 2)
+assert g.concept_id(g.concept_texts[g.num_concepts // 3]) == g.num_concepts // 3  # a lookup by text
+print(json.dumps({"load_seconds": round(opened, 3), "load_and_stats_seconds": round(time.perf_counter() - started, 3),
+                  "load_rss_mb": round(rss_mb() - base, 1),
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  "num_concepts": s["num_concepts"]}))
+"""
+
+
+def measure_load(graph_dir: Path) -> dict:
+    """``load_graph`` in a fresh process: seconds to open, and the resident memory it added after opening the
+    graph and reading its statistics, one concept, its denotation, one caption's derivations and one concept
+    looked up by its text."""
+    res = subprocess.run([sys.executable, "-c", _LOAD, str(graph_dir)], capture_output=True, text=True)
+    if res.returncode != 0:
+        return {"load_error": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else "failed"}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def graph_bytes_of(out: Path) -> int:
+    if (out / "graph.json").exists():
+        return (out / "graph.json").stat().st_size + sum(p.stat().st_size for p in (out / "graph").iterdir())
+    return sum((out / name).stat().st_size for name in ("graph.npz", "graph_strings.json.gz"))
+
+
+def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | None, address: str,
+              merge: str = "partitioned") -> dict:
     cmd = [sys.executable, "-m", "features.cli.build_crg", "--captions", str(corpus), "--out", str(out),
            "--engine", "ray", "--workers", str(workers), "--parser", parser, "--no-cache", "--quiet", "--overwrite",
-           "--address", address]
+           "--address", address, "--merge", merge]
     if shards:
         cmd += ["--shards", str(shards)]
     started = time.perf_counter()
@@ -78,19 +122,23 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
     wall = time.perf_counter() - started
     stats = json.loads((out / "stats.json").read_text())
     eng = stats["engine"]
-    graph_bytes = sum((out / name).stat().st_size for name in ("graph.npz", "graph_strings.json.gz"))
-    shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob("*.out.jsonl.gz"))
+    graph_bytes = graph_bytes_of(out)
+    shard_bytes = sum(p.stat().st_size for pattern in ("*.out.jsonl.gz", "*.part.npz")
+                      for p in (out / "shards").glob(pattern))
+    load = measure_load(out)
     return {
-        "captions": stats["report"]["num_captions"], "workers": workers, "parser": parser,
+        "merge": merge, "captions": stats["report"]["num_captions"], "workers": workers, "parser": parser,
         "wall_seconds": round(wall, 1),
         "captions_per_second": round(stats["report"]["num_captions"] / wall, 1),
         "pipeline_seconds": eng["pipeline_seconds"], "merge_seconds": eng["merge_seconds"],
         "pipeline_captions_per_second": round(stats["report"]["num_captions"] / eng["pipeline_seconds"], 1),
         "driver_peak_rss_mb": eng["driver_peak_rss_mb"], "worker_peak_rss_mb": eng["worker_peak_rss_mb"],
+        "merge_actor_peak_rss_mb": eng.get("merge_peak_rss_mb"), "merge_steps": eng.get("merge_steps"),
         "num_shards": eng["num_shards"], "num_concepts": stats["num_concepts"],
         "num_predicates": stats["num_predicates"], "num_derivations": stats["num_derivations"],
         "graph_mb": round(graph_bytes / 2**20, 1), "shard_outputs_mb": round(shard_bytes / 2**20, 1),
-        "skipped": stats["report"]["num_skipped"], "load_average": os.getloadavg()[0],
+        "graph_bytes_per_concept": round(graph_bytes / max(stats["num_concepts"], 1), 1),
+        "skipped": stats["report"]["num_skipped"], "load_average": os.getloadavg()[0], **load,
     }
 
 
@@ -145,6 +193,9 @@ def main(argv=None) -> int:
     ap.add_argument("--spacy-captions", type=int, default=0,
                     help="also build this many Flickr30K captions with spaCy, 1 and 2 workers (0: skip)")
     ap.add_argument("--shard-size", type=int, default=10_000, help="captions per shard")
+    ap.add_argument("--merge", choices=("partitioned", "driver"), default="partitioned",
+                    help="the Ray build's merge (default partitioned: workers read byte ranges, distributed merge, "
+                         "columnar graph; driver: the driver reads, writes the shard inputs and merges)")
     ap.add_argument("--single-engine-sizes", default="",
                     help="sizes also built with the default engine (no Ray), 1 and 2 workers: Ray's overhead")
     args = ap.parse_args(argv)
@@ -162,7 +213,7 @@ def main(argv=None) -> int:
     results = out / "results.jsonl"
     rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     rows = [r for r in rows if "error" not in r]   # a rerun keeps what was measured, tries the failures again
-    done = {(r.get("engine", "ray"), r["parser"], r["captions"], r["workers"]) for r in rows}
+    done = {(r.get("engine", "ray"), r.get("merge", "driver"), r["parser"], r["captions"], r["workers"]) for r in rows}
     import ray
 
     from crg.ray_engine import start_local_ray
@@ -172,21 +223,22 @@ def main(argv=None) -> int:
     if args.spacy_captions:
         corpus = f30k_slice(out / f"f30k_{args.spacy_captions}.jsonl", args.spacy_captions)
         for workers in (1, 2):
-            if ("ray", "spacy", args.spacy_captions, workers) in done:
+            if ("ray", args.merge, "spacy", args.spacy_captions, workers) in done:
                 continue
             shards = max(4, -(-args.spacy_captions // 2500))
-            rows.append(run_build(corpus, out / f"f30k_w{workers}", workers, "spacy", shards, address))
+            rows.append(run_build(corpus, out / f"f30k_{args.merge}_w{workers}", workers, "spacy", shards, address,
+                                  args.merge))
             print(json.dumps(rows[-1]), flush=True)
             with open(results, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
     for n, workers in plan:
-        if ("ray", "world", n, workers) in done:
+        if ("ray", args.merge, "world", n, workers) in done:
             continue
         corpus = out / f"world_{n}.jsonl"
         if not corpus.exists():
             prefix_corpus(full, corpus, n)
-        rows.append(run_build(corpus, out / f"world_{n}_w{workers}", workers, "world", -(-n // args.shard_size),
-                              address))
+        rows.append(run_build(corpus, out / f"world_{n}_{args.merge}_w{workers}", workers, "world",
+                              -(-n // args.shard_size), address, args.merge))
         print(json.dumps(rows[-1]), flush=True)
         with open(results, "a") as f:
             f.write(json.dumps(rows[-1]) + "\n")
@@ -196,24 +248,27 @@ def main(argv=None) -> int:
         if not corpus.exists():
             prefix_corpus(full, corpus, n)
         for workers in (1, 2):
-            if ("single", "world", n, workers) in done:
+            if ("single", "driver", "world", n, workers) in done:
                 continue
             rows.append(run_single_build(corpus, out / f"single_world_{n}_w{workers}", workers, "world"))
             print(json.dumps(rows[-1]), flush=True)
             with open(results, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
-    cols = ("engine", "parser", "captions", "workers", "wall_seconds", "captions_per_second",
+    cols = ("engine", "merge", "parser", "captions", "workers", "wall_seconds", "captions_per_second",
             "pipeline_captions_per_second", "merge_seconds", "driver_peak_rss_mb", "worker_peak_rss_mb",
-            "num_concepts", "graph_mb")
+            "merge_actor_peak_rss_mb", "num_concepts", "graph_mb", "graph_bytes_per_concept", "load_seconds", "load_rss_mb")
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r.get(c, "ray" if c == "engine" else r.get("error", ""))) for c in cols))
-    by = {(r["parser"], r["captions"], r["workers"]): r for r in rows if "error" not in r and
-          r.get("engine", "ray") == "ray"}
-    for (parser, n, w), r in by.items():
-        if w == 2 and (parser, n, 1) in by:
-            eff = r["pipeline_captions_per_second"] / (2 * by[(parser, n, 1)]["pipeline_captions_per_second"])
-            print(f"scaling efficiency, {parser} {n} captions, 2 workers vs 1: {eff:.2f}")
+    by = {(r.get("merge", "driver"), r["parser"], r["captions"], r["workers"]): r for r in rows
+          if "error" not in r and r.get("engine", "ray") == "ray"}
+    for (merge, parser, n, w), r in by.items():
+        if w == 2 and (merge, parser, n, 1) in by:
+            one_w = by[(merge, parser, n, 1)]
+            eff = r["pipeline_captions_per_second"] / (2 * one_w["pipeline_captions_per_second"])
+            wall = r["captions_per_second"] / (2 * one_w["captions_per_second"])
+            print(f"scaling efficiency, {merge} merge, {parser} {n} captions, 2 workers vs 1: {eff:.2f} "
+                  f"(pipeline), {wall:.2f} (wall)")
     return 0
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 __all__ = ["ImageRecord", "Corpus", "CorpusFormatError", "read_corpus", "write_jsonl", "CORPUS_FORMATS",
-           "KARPATHY_SPLITS", "SPLIT_ALIASES", "parse_splits"]
+           "KARPATHY_SPLITS", "SPLIT_ALIASES", "parse_splits", "jsonl_record"]
 
 logger = logging.getLogger(__name__)
 
@@ -206,26 +206,35 @@ def _read_jsonl(path: Path) -> list[ImageRecord]:
     try:
         with _open_text(path) as f:
             for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise CorpusFormatError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
-                if not isinstance(rec, dict) or "image_id" not in rec or "captions" not in rec:
-                    raise CorpusFormatError(f"{path}:{lineno}: expected an object with 'image_id' and 'captions', "
-                                            f"got {str(rec)[:120]}")
-                caps = rec["captions"]
-                if not isinstance(caps, list):
-                    raise CorpusFormatError(f"{path}:{lineno}: 'captions' must be a list, got {type(caps).__name__}")
-                split = rec.get("split")
-                if split is not None and not isinstance(split, str):
-                    raise CorpusFormatError(f"{path}:{lineno}: 'split' must be a string such as \"train\", got "
-                                            f"{json.dumps(split)[:60]}")
-                images.append(ImageRecord(str(rec["image_id"]), split, caps, rec))
+                rec = jsonl_record(line, path, lineno)
+                if rec is not None:
+                    images.append(rec)
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
         raise CorpusFormatError(f"{path}: cannot be read as UTF-8 JSON lines ({err})") from None
     return images
+
+
+def jsonl_record(line: str, path: str | Path, lineno: int) -> ImageRecord | None:
+    """One line of a JSONL corpus as an :class:`ImageRecord` (``None`` for a blank line); a bad line raises
+    :class:`CorpusFormatError` naming ``path:lineno``. Shared by :func:`read_corpus` and the readers of byte
+    ranges (:mod:`crg.corpus_ranges`), so both accept and refuse the same lines."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise CorpusFormatError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(rec, dict) or "image_id" not in rec or "captions" not in rec:
+        raise CorpusFormatError(f"{path}:{lineno}: expected an object with 'image_id' and 'captions', "
+                                f"got {str(rec)[:120]}")
+    caps = rec["captions"]
+    if not isinstance(caps, list):
+        raise CorpusFormatError(f"{path}:{lineno}: 'captions' must be a list, got {type(caps).__name__}")
+    split = rec.get("split")
+    if split is not None and not isinstance(split, str):
+        raise CorpusFormatError(f"{path}:{lineno}: 'split' must be a string such as \"train\", got "
+                                f"{json.dumps(split)[:60]}")
+    return ImageRecord(str(rec["image_id"]), split, caps, rec)
 
 
 def _read_karpathy(path: Path) -> list[ImageRecord]:

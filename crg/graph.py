@@ -68,8 +68,8 @@ class ConceptGraph:
     """The saved graph. Build it with :class:`GraphBuilder` or :func:`crg.build.build_crg`."""
 
     image_ids: list[str]
-    image_splits: list[str | None]
-    concept_texts: list[str]
+    image_splits: Sequence[str | None]   # list, or crg.graph_store.CodedStrings when memory-mapped
+    concept_texts: Sequence[str]         # list, or crg.graph_store.StringTable (also the tables below)
     concept_labels: list[str]
     predicate_templates: list[str]
     caption_texts: list[str]
@@ -126,16 +126,16 @@ class ConceptGraph:
 
     # ------------------------------------------------------------------ lookups
     @cached_property
-    def _concept_index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.concept_texts)}
+    def _concept_index(self):
+        return _text_index(self.concept_texts)
 
     @cached_property
-    def _predicate_index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.predicate_templates)}
+    def _predicate_index(self):
+        return _text_index(self.predicate_templates)
 
     @cached_property
-    def _image_index(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.image_ids)}
+    def _image_index(self):
+        return _text_index(self.image_ids)
 
     @cached_property
     def _parent_derivations(self) -> tuple[np.ndarray, np.ndarray]:
@@ -225,14 +225,20 @@ class ConceptGraph:
         return out
 
     # ------------------------------------------------------------------ persistence
-    def save(self, directory: str | Path) -> None:
-        """Write ``graph.npz`` and ``graph_strings.json.gz`` into ``directory`` (atomically)."""
+    def save(self, directory: str | Path, *, columnar: bool = False) -> None:
+        """Write ``graph.npz`` and ``graph_strings.json.gz`` into ``directory`` (atomically); ``columnar``: the
+        memory-mapped layout instead (:mod:`crg.graph_store`: ``graph.json`` + ``graph/``), for big graphs."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        arrays = {name: getattr(self, name) for name in _ARRAYS}
+        if columnar:
+            from crg.graph_store import write_columnar
+
+            write_columnar(self, directory, _ARRAYS, _STRINGS)
+            return
+        arrays = {name: np.asarray(getattr(self, name)) for name in _ARRAYS}
         tmp = directory / "graph.npz.tmp.npz"
         np.savez_compressed(tmp, **arrays)
-        strings = {name: getattr(self, name) for name in _STRINGS}
+        strings = {name: list(getattr(self, name)) for name in _STRINGS}
         strings["meta"] = self.meta
         strings["format_version"] = FORMAT_VERSION
         tmp_s = directory / "graph_strings.json.gz.tmp"
@@ -240,14 +246,29 @@ class ConceptGraph:
             json.dump(strings, f, ensure_ascii=False)
         os.replace(tmp, directory / "graph.npz")
         os.replace(tmp_s, directory / "graph_strings.json.gz")
+        for name in ("graph.json", "graph"):  # a columnar graph saved here before: one graph per folder
+            stale = directory / name
+            if stale.is_dir():
+                import shutil
+
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "ConceptGraph":
+    def load(cls, directory: str | Path, *, mmap: bool = True) -> "ConceptGraph":
+        """Read a saved graph, either layout. A columnar one is memory-mapped (``mmap=False``: read into memory):
+        its arrays are read-only and its string tables :class:`crg.graph_store.StringTable` sequences."""
         directory = Path(directory)
+        from crg.graph_store import is_columnar, read_columnar
+
+        if is_columnar(directory):
+            return cls(**read_columnar(directory, _ARRAYS, _STRINGS, mmap=mmap))
         npz, strs = directory / "graph.npz", directory / "graph_strings.json.gz"
         for p in (npz, strs):
             if not p.exists():
-                raise FileNotFoundError(f"{directory} holds no saved graph: {p.name} is missing "
+                raise FileNotFoundError(f"{directory} holds no saved graph: {p.name} is missing (and there is no "
+                                        f"columnar graph.json) "
                                         f"(build one with experiments/build_crg.py)")
         with np.load(npz, allow_pickle=False) as data:
             arrays = {name: data[name] for name in _ARRAYS}
@@ -261,8 +282,16 @@ class ConceptGraph:
         return cls(**strings, **arrays, meta=meta)
 
 
-def load_graph(directory: str | Path) -> ConceptGraph:
-    return ConceptGraph.load(directory)
+def _text_index(table: Sequence[str]):
+    """Text -> id: a memory-mapped table's saved hash index (no string decoded but the few compared), else a
+    dictionary of the whole table."""
+    lookup = getattr(table, "lookup", None)
+    return lookup if lookup is not None else {t: i for i, t in enumerate(table)}
+
+
+def load_graph(directory: str | Path, *, mmap: bool = True) -> ConceptGraph:
+    """The graph saved in ``directory`` (either layout; a columnar one memory-mapped unless ``mmap=False``)."""
+    return ConceptGraph.load(directory, mmap=mmap)
 
 
 @dataclass
@@ -297,7 +326,7 @@ class GraphPart:
     so the merging process handles each distinct string of a shard once and never sees a parse tree.
     """
 
-    concept_texts: list[str]
+    concept_texts: Sequence[str]         # list, or crg.graph_store.StringTable (also the tables below)
     concept_labels: list[str]     # the label of each concept's first occurrence in the shard
     concept_kinds: list[int]      # KIND_BITS masks, OR-ed over the shard
     predicate_templates: list[str]

@@ -57,7 +57,9 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from crg.compounds import TEMPLATE, SemanticAnnotations, check_definition, count_matrices, image_count_matrices
+from crg.compounds import (
+    TEMPLATE, ImageCounts, SemanticAnnotations, check_definition, count_matrices, image_count_matrices,
+)
 from crg.divergence import (
     ATOM_ALPHA, COMPOUND_ALPHA, chernoff_divergence, leave_one_out_deltas, row_update_coefficients,
 )
@@ -230,7 +232,8 @@ def _pad(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
 def build_problem(train_graph: ConceptGraph, candidate_graph: ConceptGraph, *,
                   train_images: Sequence[int] | None = None,
                   candidate_images: Sequence[int] | None = None, compounds: str = TEMPLATE,
-                  report: Sequence[str] = (), annotations: SemanticAnnotations | None = None) -> MCDProblem:
+                  report: Sequence[str] = (), annotations: SemanticAnnotations | None = None,
+                  saved_counts: tuple = (None, None)) -> MCDProblem:
     """Count matrices for training images ``train_images`` and candidates ``candidate_images``.
 
     Args:
@@ -244,23 +247,38 @@ def build_problem(train_graph: ConceptGraph, candidate_graph: ConceptGraph, *,
         report: further definitions counted for the report only (``MCDProblem.reported``).
         annotations: the captions' logical-form compounds and atoms, needed for ``semantic``
             (:func:`crg.compounds.semantic_annotations`).
+        saved_counts: ``(train, candidate)`` :class:`crg.mcd_counts.GraphCounts` saved with the graphs (or
+            ``None``): the ``template`` counts are read from them instead of the graphs' caption arrays (the same
+            matrices).
     """
     check_definition(compounds)
-    problem = _build_counts(train_graph, candidate_graph, train_images, candidate_images, compounds, annotations)
+    problem = _build_counts(train_graph, candidate_graph, train_images, candidate_images, compounds, annotations,
+                            saved_counts)
     for name in report:
         if check_definition(name) != compounds and name not in problem.reported:
             problem.reported[name] = _build_counts(train_graph, candidate_graph, train_images, candidate_images,
-                                                   name, annotations)
+                                                   name, annotations, saved_counts)
     return problem
 
 
+def _graph_counts(graph: ConceptGraph, definition: str, compound_index: dict[str, int], atom_index: dict[str, int],
+                  annotations: SemanticAnnotations | None, saved) -> ImageCounts:
+    if definition == TEMPLATE and saved is not None:
+        from crg.mcd_counts import template_matrices
+
+        return ImageCounts(*template_matrices(saved, graph.predicate_templates, graph.concept_texts,
+                                              graph.concept_kinds, compound_index, atom_index))
+    return count_matrices(graph, definition, compound_index, atom_index, annotations)
+
+
 def _build_counts(train_graph: ConceptGraph, candidate_graph: ConceptGraph, train_images, candidate_images,
-                  definition: str, annotations: SemanticAnnotations | None) -> MCDProblem:
+                  definition: str, annotations: SemanticAnnotations | None, saved_counts=(None, None)) -> MCDProblem:
     compound_index: dict[str, int] = {}
     atom_index: dict[str, int] = {}
-    train = count_matrices(train_graph, definition, compound_index, atom_index, annotations)
+    train = _graph_counts(train_graph, definition, compound_index, atom_index, annotations, saved_counts[0])
     shared = candidate_graph is train_graph
-    cand = train if shared else count_matrices(candidate_graph, definition, compound_index, atom_index, annotations)
+    cand = train if shared else _graph_counts(candidate_graph, definition, compound_index, atom_index, annotations,
+                                              saved_counts[1])
     t_comp, t_atom, c_comp, c_atom = train.compounds, train.atoms, cand.compounds, cand.atoms
     v, a = len(compound_index), len(atom_index)
     t_rows = np.arange(len(train_graph.image_ids)) if train_images is None else np.asarray(train_images, np.int64)

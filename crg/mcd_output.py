@@ -31,6 +31,7 @@ from crg.compounds import COMPOUND_DEFINITIONS, SEMANTIC, TEMPLATE, SemanticAnno
 from crg.corpus import Corpus, detect_format, read_corpus, write_jsonl
 from crg.graph import ConceptGraph
 from crg.graph_cache import get_or_build_graph
+from crg.graph_store import CodedStrings
 from crg.mcd import MCDConfig, MCDResult, build_problem, make_mcd_split, plot_ranking, result_summary
 from crg.outputs import write_json_atomic, write_text_atomic
 
@@ -93,6 +94,10 @@ class GraphOptions:
     parse_cache_path: str | Path | None = None  # parse cache file (None: $GC_CACHE_DIR/parse_cache.sqlite)
     n_process: int | None = None              # parser processes when a graph must be built
     progress: bool = True                     # progress bars while building
+    # graphs already built (gc-build-crg --out DIR, e.g. by the partitioned Ray build) instead of the cache:
+    # memory-mapped when columnar, their saved per-image counts read instead of their caption arrays
+    train_graph: str | Path | None = None     # the training images' graph (within one corpus: of every image used)
+    candidate_graph: str | Path | None = None  # the candidates' graph (another corpus)
 
 
 @dataclass
@@ -115,7 +120,30 @@ def _rows(graph: ConceptGraph, splits: Sequence[str] | None) -> np.ndarray:
     """Row indices of ``graph``'s images in ``splits`` (``None``: every image)."""
     if splits is None:
         return np.arange(len(graph.image_ids))
+    if isinstance(graph.image_splits, CodedStrings):  # a memory-mapped graph: compare codes, not strings
+        wanted = [k for k, name in enumerate(graph.image_splits.names) if name in set(splits)]
+        return np.flatnonzero(np.isin(np.asarray(graph.image_splits.codes), wanted))
     return np.flatnonzero(np.isin(np.asarray(graph.image_splits, dtype=object), list(splits)))
+
+
+def _prebuilt(directory: str | Path, corpus: str | Path, splits: Sequence[str] | None, flag: str):
+    """A graph built beforehand for ``corpus`` (its images of ``splits``) and its saved counts; an error naming
+    ``flag`` when it was built from another corpus or holds other splits."""
+    from crg.graph import load_graph
+    from crg.mcd_counts import read_graph_counts
+
+    graph = load_graph(directory)
+    built_from = graph.meta.get("corpus")
+    if built_from is None or Path(built_from).resolve() != Path(corpus).resolve():
+        raise ValueError(f"{flag} {directory}: the graph was built from {built_from}, not from {corpus}")
+    if splits is not None:
+        names = graph.image_splits.names if isinstance(graph.image_splits, CodedStrings) else \
+            sorted({str(s) for s in graph.image_splits})
+        other = sorted(set(map(str, names)) - set(splits))
+        if other:
+            raise ValueError(f"{flag} {directory}: the graph holds images of split(s) {other}, not only of {list(splits)}; "
+                             f"build it with --split {','.join(splits)}")
+    return graph, read_graph_counts(directory, graph)
 
 
 def _label(path: str | Path, splits: Sequence[str] | None) -> str:
@@ -168,7 +196,22 @@ def write_mcd_split(corpora: MCDCorpora, out: str | Path, config: MCDConfig | No
                       n_process=graphs.n_process, progress=graphs.progress)
     same = corpora.within_corpus
     corpus: Corpus | None = None
-    if same:  # one graph of the union of splits; candidates that are training images are held out
+    saved = (None, None)
+    if same and graphs.candidate_graph is not None:
+        raise ValueError("--candidate-graph is for candidates from another corpus; within one corpus give "
+                         "--train-graph only (the graph of every image used)")
+    if not same and (graphs.train_graph is None) != (graphs.candidate_graph is None):
+        raise ValueError("give both --train-graph and --candidate-graph (or neither)")
+    if same and graphs.train_graph is not None:
+        union = None if train_splits is None or cand_splits is None else sorted(set(train_splits) | set(cand_splits))
+        graph, counts = _prebuilt(graphs.train_graph, corpora.train, union, "--train-graph")
+        train_graph = cand_graph = graph
+        saved, hits = (counts, counts), ["prebuilt"]
+    elif graphs.train_graph is not None:
+        train_graph, counts_t = _prebuilt(graphs.train_graph, corpora.train, train_splits, "--train-graph")
+        cand_graph, counts_c = _prebuilt(graphs.candidate_graph, cand_path, cand_splits, "--candidate-graph")
+        saved, hits = (counts_t, counts_c), ["prebuilt", "prebuilt"]
+    elif same:  # one graph of the union of splits; candidates that are training images are held out
         corpus = read_corpus(corpora.train, corpora.train_format)
         union = None if train_splits is None or cand_splits is None else sorted(set(train_splits) | set(cand_splits))
         if union is not None and set(corpus.splits) <= set(union):
@@ -203,7 +246,7 @@ def write_mcd_split(corpora: MCDCorpora, out: str | Path, config: MCDConfig | No
         annotations = _annotations(compounds, train_corpus, corpus)
     report_as = [d for d in COMPOUND_DEFINITIONS if d != SEMANTIC or annotations is not None]
     problem = build_problem(train_graph, cand_graph, train_images=train_rows, candidate_images=cand_rows,
-                            compounds=compounds, report=report_as, annotations=annotations)
+                            compounds=compounds, report=report_as, annotations=annotations, saved_counts=saved)
     result = make_mcd_split(problem, config, target_spec=target_spec)
 
     records = {im.image_id: im for im in corpus.images}

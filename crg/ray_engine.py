@@ -108,6 +108,8 @@ class EngineReport:
     captions_per_second: float = 0.0
     driver_peak_rss_mb: float = 0.0
     worker_peak_rss_mb: float = 0.0  # the largest actor's peak
+    merge_steps: dict = field(default_factory=dict)  # --merge partitioned: seconds of each merge step
+    merge_peak_rss_mb: float = 0.0  # --merge partitioned: the largest merge partition actor's peak
 
 
 @dataclass

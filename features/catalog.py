@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["DatasetSpec", "resolve_dataset", "DATASETS", "WORLD_SPLITS", "data_root", "exact_truth", "world_config",
-           "world_dir", "world_hard_negatives"]
+           "world_dir", "world_hard_negatives", "world_training_negatives"]
 
 _REPO = Path(__file__).resolve().parents[1]
 _SHARED = _REPO.parent / "shared" / "data"
@@ -114,6 +114,14 @@ def world_hard_negatives(world_dir: str | Path, captions, *, images, per_type: i
                              config=WorldNegativeConfig(per_type=per_type, seed=seed,
                                                         distractor_images=distractor_images))
     return gen.generate(list(captions))
+
+
+def world_training_negatives(world_dir: str | Path, kinds, *, per_type: int = 2, seed: int = 0):
+    """Hard negatives of a generated world's captions fit to train on: verified false of their image and free
+    of the world's held-out compounds (:class:`features.world.training_negatives.WorldTrainingNegatives`)."""
+    from features.world.training_negatives import WorldTrainingNegatives
+
+    return WorldTrainingNegatives(world_dir, tuple(kinds), per_type=per_type, seed=seed)
 
 
 def data_root() -> Path:

@@ -222,6 +222,11 @@ def program(argv: list[str]):
         return None
     if head == "srun":
         return program(argv[1:])
+    if head in ("time", "/usr/bin/time"):  # timing wrappers (``/usr/bin/time -v``): the command after them
+        rest = argv[1:]
+        while rest and rest[0].startswith("-"):
+            rest = rest[1:]
+        return program(rest)
     if head == "torchrun":  # torchrun's own options, then the script and its arguments
         script = next(i for i, t in enumerate(argv) if t.endswith(".py"))
         return program(["python", *argv[script:]])

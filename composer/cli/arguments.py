@@ -42,7 +42,9 @@ SHARED_PATHS: dict[str, tuple[str, ...]] = {
     "data": ("data",), **{k: (f"recipe.{k}",) for k in _RECIPE_FLAGS},
     **{k: (f"trainer.{k}",) for k in _TRAINER_FLAGS},
     "val_every": ("recipe.val_every", "trainer.val_every"), "no_test": ("trainer.test",),
-    "quiet": ("trainer.progress",)}
+    "quiet": ("trainer.progress",),
+    **{k: ("recipe.structural_negatives",) for k in ("structural_negatives", "structural_per_caption",
+                                                      "structural_rate")}}
 
 
 def configure_logging() -> None:
@@ -94,6 +96,14 @@ def add_training_arguments(group, *, max_steps_help: str = "stop after this many
     group.add_argument("--hard-negatives", type=non_negative_int, dest="hard_negative_captions", metavar="N",
                        help="caption negatives per positive drawn from its 100 nearest captions of other images "
                             "(ViLBERT's hard distractor: 1; default 0: all random; not the CLIP family)")
+    group.add_argument("--structural-negatives", type=_structural_kinds, metavar="KINDS",
+                       help="--data world: extra caption negatives verified false of the positive's image, of these "
+                            "comma-separated kinds among HN-ATOM,HN-SWAP,HN-NEG,HN-COMP (issue 36; every model; "
+                            "default: none)")
+    group.add_argument("--structural-per-caption", type=positive_int, metavar="S",
+                       help="structural negatives per positive caption (default 1)")
+    group.add_argument("--structural-rate", type=float, metavar="P",
+                       help="share of positives that get structural negatives (default 1)")
     group.add_argument("--num-workers", type=non_negative_int, default=0, help="DataLoader worker processes")
     group.add_argument("--val-every", type=positive_int, help="validate every N epochs (default 1; world: 3, i.e. at the end)")
     group.add_argument("--seed", type=int, default=0, help="seed of the weights, the batches and the negatives")
@@ -139,6 +149,32 @@ def plateau_overrides(args) -> dict:
                                               "min_positives")}
 
 
+def _structural_kinds(text: str) -> tuple[str, ...]:
+    """``--structural-negatives``: comma-separated CREPE kinds, checked here (before any data are read)."""
+    from composer.training.structural_negatives import STRUCTURAL_KINDS
+
+    kinds = tuple(k.strip().upper() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in STRUCTURAL_KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"unknown kinds {bad or text!r}; choose among {','.join(STRUCTURAL_KINDS)}")
+    return kinds
+
+
+def structural_overrides(args) -> dict | None:
+    """The structural-negative options as a :class:`RecipeOverrides` ``structural_negatives`` dict (None: off)."""
+    kinds = getattr(args, "structural_negatives", None)
+    if not kinds:
+        if getattr(args, "structural_per_caption", None) or getattr(args, "structural_rate", None) is not None:
+            raise SystemExit("error: --structural-per-caption / --structural-rate need --structural-negatives KINDS")
+        return None
+    out = {"kinds": kinds}
+    if args.structural_per_caption:
+        out["per_caption"] = args.structural_per_caption
+    if args.structural_rate is not None:
+        out["rate"] = args.structural_rate
+    return out
+
+
 def recipe_overrides(args, **model_specific) -> RecipeOverrides:
     """The shared options as :class:`RecipeOverrides`; ``model_specific`` adds the command's own fields."""
     from composer.training.recipes import RecipeOverrides
@@ -152,7 +188,7 @@ def recipe_overrides(args, **model_specific) -> RecipeOverrides:
         world_held_out_facts=args.world_held_out_facts, captions=args.captions, features=args.features,
         num_workers=args.num_workers, seed=args.seed, val_every=args.val_every, parser=args.parser,
         parser_model=args.parser_model, hard_negative_captions=args.hard_negative_captions,
-        **plateau_overrides(args), **model_specific)
+        structural_negatives=structural_overrides(args), **plateau_overrides(args), **model_specific)
 
 
 def trainer_options(args) -> TrainerOptions:

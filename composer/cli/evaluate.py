@@ -303,6 +303,13 @@ def main(argv=None) -> int:
                 {"rows": [data.graph.caption_texts[c] for c in data.captions], "row_caption_index": data.captions,
                  "columns": data.image_ids, "row_image": data.caption_image.tolist()}) + "\n")
 
+    if data.twin_groups and not args.no_sentences:  # a compositional world's minimal pairs of the split
+        from composer.evaluation.text_pairs import twin_group_scores
+
+        results["twins"] = twin_group_scores(model, tokenizer, data.twin_groups, data.store,
+                                             max_regions=max_regions, parser_name=data.parser[0],
+                                             parser_model=data.parser[1], device=device, max_pairs=args.max_pairs)
+
     if first is not None:
         rr = shortlist_and_rerank(model, data.regions, data.geometry, data.region_mask, programs, tokenizer,
                                   data.caption_image, first_stage=first, k=args.rerank_k, max_pairs=args.max_pairs)

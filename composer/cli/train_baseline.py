@@ -40,10 +40,12 @@ __all__ = ["MODEL_OPTIONS", "PATHS", "baselines", "build_argparser", "main", "re
 MODEL_OPTIONS = {"text_layers": "model:text_layers", "embed_dim": "model:embed_dim", "pool": "model:image_pool",
                  "margin": "model:loss.margin", "hardest_negative": "model:loss.negatives",
                  "pt_layers": "model:pt_layers", "ct_layers": "model:ct_layers", "mvsa_kind": "model:loss.mvsa",
-                 "mvsa": "use_mvsa", "mvsa_concepts": "mvsa_concepts", "il_preset": "il_preset"}
+                 "mvsa": "use_mvsa", "mvsa_concepts": "mvsa_concepts", "il_preset": "il_preset",
+                 "negclip": "il:negclip"}
 
 #: this command's flags -> the configuration fields they set (composer.cli.run_config.RunConfig)
-PATHS = {**SHARED_PATHS, **{k: ("recipe." + v.replace("model:", "model."),) for k, v in MODEL_OPTIONS.items()}}
+PATHS = {**SHARED_PATHS, **{k: ("recipe." + v.replace("model:", "model.").replace("il:", "il."),)
+                          for k, v in MODEL_OPTIONS.items()}}
 
 
 def baselines() -> tuple[str, ...]:
@@ -73,6 +75,9 @@ def build_argparser() -> argparse.ArgumentParser:
     g.add_argument("--il-preset", choices=["paper", "small"],
                    help="optimiser and step schedule (composer.models.clip.iterated_learning.il_config); default: "
                         "'small' for the small/tiny model presets, else 'paper'")
+    g.add_argument("--negclip", action="store_true",
+                   help="NegCLIP's word-swap text and pool-neighbour image negatives (with --model il_clip: "
+                        "IL-NegCLIP, IL-CLIP's Table 8; --model negclip has them always)")
     add_training_arguments(ap.add_argument_group("training"),
                            max_steps_help="stop after this many steps (smoke tests); the CLIP family defaults to "
                                           "its schedule's")
@@ -105,7 +110,9 @@ def overrides_from_args(args, model: str) -> RecipeOverrides:
         target = MODEL_OPTIONS[key]
         if key == "hardest_negative":
             value = "hardest"
-        if target.startswith("model:"):
+        if target.startswith("il:"):
+            extra.setdefault("il", {})[target[len("il:"):]] = value
+        elif target.startswith("model:"):
             *path, last = target[len("model:"):].split(".")
             node = model_cfg
             for part in path:

@@ -4,6 +4,7 @@
 * ``sentence_retrieval``: the one sentence-retrieval report every model's evaluation writes.
 * ``truth``: the protocol through which a dataset's exact truth reaches evaluation.
 * ``twins``: Winoground text / image / group scores of minimal-pair twin groups.
+* ``twin_interaction``: how much a model's preference between twin captions depends on the image.
 * ``benchmark``: the field's compositionality benchmarks scored with any model.
 * ``phrase_retrieval``: phrase-to-image retrieval, single- and multi-positive.
 * ``rerank``: shortlist-and-rerank with a first-stage model.
@@ -12,5 +13,5 @@
 * ``interpretation``: Figure 5's per-concept score trees.
 """
 
-__all__ = ["eval_sets", "sentence_retrieval", "truth", "twins", "benchmark", "phrase_retrieval", "rerank",
+__all__ = ["eval_sets", "sentence_retrieval", "truth", "twins", "twin_interaction", "benchmark", "phrase_retrieval", "rerank",
            "hard_negatives", "text_pairs", "interpretation"]

@@ -9,8 +9,9 @@ split file written by ``experiments/make_mcd_split.py`` (``split="all"``: every 
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,8 @@ class EvalData:
         parser: ``(parser, parser_model)`` the CRG was built with, for texts outside it.
         training_texts: the corpus's training captions (its ``train_splits``) when the evaluated images are not
             among them, for R@1 on the captions not seen verbatim in training; else None.
+        twin_groups: the minimal-pair twin groups (a compositional world's ``twins.jsonl`` records) of the
+            selected splits; empty for other data.
     """
 
     name: str
@@ -87,6 +90,7 @@ class EvalData:
     store: object
     max_regions: int
     parser: tuple[str, str | None] = ("spacy", None)
+    twin_groups: list = field(default_factory=list)
     training_texts: list[str] | None = None
 
 
@@ -165,9 +169,13 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
                              f"{missing[0]!r}); give the world the captions and features come from")
     log.info("%s/%s: %d images, %d captions; exact truth: %s", spec.name, split, len(ev.image_ids),
              len(ev.captions), world is not None)
+    twins = []
+    if world is not None and captions is None and (world / "twins.jsonl").exists():
+        with open(world / "twins.jsonl", encoding="utf-8") as f:
+            twins = [g for g in map(json.loads, f) if splits is None or g["split"] in set(splits)]
     return EvalData(name=spec.name, split=split, graph=graph, image_ids=list(ev.image_ids), captions=list(ev.captions),
                     caption_image=np.asarray(ev.caption_image), regions=torch.from_numpy(batch.features).to(device),
                     geometry=torch.from_numpy(batch.geometry).to(device),
                     region_mask=torch.from_numpy(batch.mask).to(device), truth=truth,
                     store=store, max_regions=max_regions, parser=(parser, parser_model),
-                    training_texts=training_texts)
+                    training_texts=training_texts, twin_groups=twins)

@@ -259,6 +259,13 @@ def format_retrieval_table(reports: dict[str, dict]) -> str:
             kinds = ", ".join(f"{k} {t[k]['group']:.1f}" for k in ("relation", "binding") if t.get(k))
             lines.append(f"twins, {_SET_LABELS.get(name, name)}: text {t['text']:.1f} / image {t['image']:.1f} / group "
                          f"{t['group']:.1f} ({t['groups']} groups; group by kind: {kinds})")
+            inter = t.get("interaction")
+            if inter:  # a 0 above: blind to the difference (same caption wins on both images) or reading it backwards
+                by_kind = ", ".join(f"{k} {_fmt(inter[k]['image_dependence'], '.2f')}"
+                                    for k in ("relation", "binding") if inter.get(k))
+                lines.append(f"  image dependence of the caption preference {_fmt(inter['image_dependence'], '.2f')} "
+                             f"({by_kind}); ties {inter['tie']:.1f}%, same caption on both images "
+                             f"{inter['same_caption']:.1f}%, wrong way {inter['wrong_way']:.1f}%")
     if "test" in reports and "systematic" in reports:
         test, systematic = reports["test"], reports["systematic"]
         gap = test["sentence"]["R@1"] - systematic["sentence"]["R@1"]
@@ -269,6 +276,10 @@ def format_retrieval_table(reports: dict[str, dict]) -> str:
                          f"{shares[0] - shares[1]:.1f} points")
     lines += _subset_lines(reports)
     return "\n".join(lines)
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _subset_lines(reports: dict[str, dict]) -> list[str]:

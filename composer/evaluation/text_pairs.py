@@ -143,13 +143,16 @@ def twin_group_scores(model, tokenizer, groups: Sequence[Mapping], store, *, max
                       parser_name: str = "spacy", parser_model: str | None = None,
                       device: str | torch.device = "cpu", max_pairs: int = 4096) -> dict | None:
     """Winoground text / image / group scores of minimal-pair twin groups for one model
-    (:func:`composer.evaluation.twins.twin_scores`, overall and per kind).
+    (:func:`composer.evaluation.twins.twin_scores`, overall and per kind), and under ``"interaction"`` how
+    much the caption preference depends on the image (:func:`composer.evaluation.twin_interaction.twin_interaction`:
+    a 0 group score from a model blind to the difference vs one reading it the wrong way).
 
     ``groups`` are records with ``caption_0``, ``caption_1``, ``image_0``, ``image_1`` and ``kind`` (a generated
     world's ``twins.jsonl``); caption ``k`` is true of image ``k``. The captions are parsed as the CRG's are
     (``parser_name``); a group whose captions have no program is left out and counted (``dropped``). None when
     no group is left.
     """
+    from composer.evaluation.twin_interaction import twin_interaction
     from composer.evaluation.twins import twin_scores
 
     texts = [g[f"caption_{k}"] for g in groups for k in (0, 1)]
@@ -160,6 +163,9 @@ def twin_group_scores(model, tokenizer, groups: Sequence[Mapping], store, *, max
     pairs = [(g[f"image_{i}"], g[f"caption_{c}"]) for g in kept for c in (0, 1) for i in (0, 1)]  # (G * 4,)
     scores = score_text_image_pairs(model, tokenizer, pairs, programs, store, max_regions=max_regions,
                                     device=device, max_pairs=max_pairs)
-    out = twin_scores(scores.reshape(len(kept), 2, 2), [g["kind"] for g in kept])  # (G, caption, image)
+    grid = scores.reshape(len(kept), 2, 2)                                        # (G, caption, image)
+    kinds = [g["kind"] for g in kept]
+    out = twin_scores(grid, kinds)
+    out["interaction"] = twin_interaction(grid, kinds)
     out["dropped"] = len(groups) - len(kept)
     return out

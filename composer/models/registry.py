@@ -6,7 +6,7 @@ model's name. Adding a model is one folder under ``composer/models/`` and one :f
 registers a toy model from its own file: tests/test_model_registry.py).
 
 >>> names()
-('composer', 'vse', 'flat', 'clip', 'codebook_clip', 'il_clip')
+('composer', 'vse', 'flat', 'clip', 'codebook_clip', 'il_clip', 'negclip')
 >>> model_config("flat", "tiny", region_dim=7).visual.region_dim
 7
 >>> get("codebook_clip").family, get("codebook_clip").default_losses
@@ -14,7 +14,7 @@ registers a toy model from its own file: tests/test_model_registry.py).
 >>> get("resnet")
 Traceback (most recent call last):
 ...
-ValueError: unknown model 'resnet'; choose one of ('composer', 'vse', 'flat', 'clip', 'codebook_clip', 'il_clip')
+ValueError: unknown model 'resnet'; choose one of ('composer', 'vse', 'flat', 'clip', 'codebook_clip', 'il_clip', 'negclip')
 
 The built-in entries name their classes and functions by import path (``"module:attribute"``), imported
 when first used, so that reading the registry imports no model.
@@ -257,7 +257,9 @@ register(ModelSpec(
     cli_options=("pt_layers", "ct_layers", "mvsa", "mvsa_kind", "mvsa_concepts"),
     recognise=lambda hparams, parts: "composition_transformer" in parts))
 
-for _kind in ("clip", "codebook_clip", "il_clip"):
+# negclip: CLIP trained with NegCLIP's word-swap and pool-neighbour negatives (ILConfig.negclip; with il_clip
+# the same switch gives IL-NegCLIP)
+for _kind in ("clip", "codebook_clip", "il_clip", "negclip"):
     register(ModelSpec(
         name=_kind, family="clip", presets=("paper", "small", "tiny"), fallback_preset="paper",
         config="composer.models.clip.model:clip_config", model="composer.models.clip.model:ClipModel",
@@ -265,6 +267,7 @@ for _kind in ("clip", "codebook_clip", "il_clip"):
         # the CLIP family's schedule is in steps (ILConfig, Table 5 of Zheng et al.), not epochs
         named_recipes={"world": {**_WORLD_DATA, "preset": "small", "batch_size": 64},  # il_config("small"): 1,800 steps
                        "f30k": {"preset": "paper"}, "coco": {"preset": "paper"}},
-        region_dim_field="region_dim", step_schedule="composer.models.clip.iterated_learning:il_config",
-        cli_options=("il_preset",), checkpoint_extras="composer.models.clip.model:checkpoint_extras"))
+        region_dim_field="region_dim", step_schedule="composer.models.clip.iterated_learning:"
+                                                     + ("negclip_config" if _kind == "negclip" else "il_config"),
+        cli_options=("il_preset", "negclip"), checkpoint_extras="composer.models.clip.model:checkpoint_extras"))
 del _kind

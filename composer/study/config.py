@@ -9,12 +9,17 @@ then fixes the data sizes and the training length.
 Runs (:data:`RUNS`), by the table they fill (Zhang et al. 2021 = COMPOSER; Zheng et al. 2024 = IL-CLIP):
 
 * main models (COMPOSER Table 2 / Figure 4; IL-CLIP Table 1): ``composer``, ``vse``, ``flat``,
-  ``clip``, ``codebook_clip``, ``il_clip`` (and ``negclip``, word-swap text negatives, in the gpu profile);
+  ``clip``, ``codebook_clip``, ``il_clip`` (and ``negclip``: word-swap text negatives and pool-neighbour image
+  negatives, in the gpu profile);
 * COMPOSER Table 3 (primitive CrossAtt off), Table 4 (Replace / MLP modulators), Table 5 (MVSA off for
   COMPOSER, on for the flat model), Table 6 (PT / CT depth around the preset's), Table 7 (parses pruned
   with probability 0.1 / 0.3 / 0.5);
 * IL-CLIP Table 4: spawn the vision agent / alternate, codebook not frozen during distillation, no
-  codebook, generation cycles halved / doubled at the same total steps.
+  codebook, generation cycles halved / doubled at the same total steps;
+* issue 36: ``il_negclip`` (Table 8's IL-NegCLIP), structural negatives for every model (``*_structneg``: the
+  world's verified-false captions as extra caption negatives) and leave-one-kind-out variants
+  (``composer_structneg_no_swap`` ...), scored with twin groups (and their interaction diagnostic) and hard
+  negatives.
 
 Profiles (:data:`PROFILES`): ``smoke`` (tests: a tiny world, a few steps, ``tiny`` models), ``cpu``
 (fits in 90 minutes on 2 CPU cores: see :data:`CPU_BUDGET_NOTE`), ``gpu`` (paper-like sizes: the
@@ -120,6 +125,9 @@ class StudyRun:
             raise ValueError(f"run {self.name!r}: IL settings apply to the CLIP family only, not {self.model!r}")
 
 
+_STRUCTURAL_KINDS = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")  # composer.training.structural_negatives.STRUCTURAL_KINDS
+_STRUCTURAL_EVALS = ("test", "hard_negatives")  # twin groups come with test; hard negatives: per kind, transfer
+
 RUNS: tuple[StudyRun, ...] = (
     # main models: COMPOSER Table 2 and Figure 4, IL-CLIP Table 1
     StudyRun("composer", "composer", "COMPOSER", evals=(*_ALL, "val")),
@@ -128,7 +136,7 @@ RUNS: tuple[StudyRun, ...] = (
     StudyRun("clip", "clip", "CLIP", evals=_ALL),
     StudyRun("codebook_clip", "codebook_clip", "Codebook-CLIP", evals=_ALL),
     StudyRun("il_clip", "il_clip", "IL-CLIP", evals=_ALL),
-    StudyRun("negclip", "clip", "NegCLIP (word-swap text negatives)", il={"text_hard_negatives": True},
+    StudyRun("negclip", "negclip", "NegCLIP (word swaps + pool-neighbour images; sees twice the text)",
              evals=("test", "mcd", "hard_negatives")),
     # COMPOSER Table 3: primitive encoding without CrossAtt
     StudyRun("composer_no_crossatt", "composer", "COMPOSER, no primitive CrossAtt",
@@ -170,6 +178,19 @@ RUNS: tuple[StudyRun, ...] = (
              il={"freeze_codebook": False}, evals=("test", "hard_negatives")),
     StudyRun("il_no_codebook", "il_clip", "IL-CLIP without codebook", il={"use_codebook": False},
              evals=("test", "hard_negatives")),
+    # issue 36: IL-CLIP Table 8's IL-NegCLIP (the same NegCLIP switch on IL-CLIP), and structural negatives (the
+    # world's verified-false HN-ATOM / SWAP / NEG / COMP captions as extra caption negatives) for every model,
+    # with leave-one-kind-out variants (transfer to the kind not trained on)
+    StudyRun("il_negclip", "il_clip", "IL-NegCLIP (IL-CLIP + NegCLIP's negatives; sees twice the text)",
+             il={"negclip": True}, evals=("test", "mcd", "hard_negatives")),
+    *(StudyRun(f"{model}_structneg", model, f"{label} + structural negatives",
+               overrides={"structural_negatives": {"kinds": _STRUCTURAL_KINDS}}, evals=_STRUCTURAL_EVALS)
+      for model, label in (("composer", "COMPOSER"), ("flat", "Flat cross-modal"), ("vse", "VSE"), ("clip", "CLIP"),
+                           ("negclip", "NegCLIP"))),
+    *(StudyRun(f"{model}_structneg_no_{kind[3:].lower()}", model, f"{label} + structural negatives except {kind}",
+               overrides={"structural_negatives": {"kinds": tuple(k for k in _STRUCTURAL_KINDS if k != kind)}},
+               evals=_STRUCTURAL_EVALS)
+      for model, label in (("composer", "COMPOSER"), ("clip", "CLIP")) for kind in _STRUCTURAL_KINDS),
 )
 _BY_NAME = {r.name: r for r in RUNS}
 assert len(_BY_NAME) == len(RUNS), "run names must be unique"
@@ -501,24 +522,24 @@ _CPU_IL = replace(
     runs=("clip", "codebook_clip", "il_clip", "il_cycle_short", "il_cycle_long"))
 
 # The converge profile (issue 31 item 5): the six main models trained to their plateau on a world large
-# enough not to be memorised, under one budget of positives (CONVERGE_NOTE says how it was sized). Every
-# schedule spans the budget at batch 64: a 5 % warm-up and /10 after 80 % of it for the cross-encoders and
-# VSE; the CLIP family's iterated-learning schedule in the small preset's 6 : 1 : 5 : 6 proportions over
-# the same steps. Runs validate every 1/25 of the budget on the first 100 val images (500 captions),
-# stop after 5 validations without a gain of 0.5 point, never before 40 % of the budget (COMPOSER sits at
-# chance for a while before it starts to match: issue 17); the search runs at the budget under ASHA
-# (first cut at 1/9 of it, then 1/3, keeping the best third).
-_CONVERGE_POSITIVES = 128_000
-_CONVERGE_STEPS = math.ceil(_CONVERGE_POSITIVES / 64)
+# enough not to be memorised, under one budget of positives (docs/evaluation.md, "Training to the plateau",
+# says how it was sized). Every schedule spans the budget at batch 64: a 5 % warm-up and /10 after 80 % of
+# it for the cross-encoders and VSE; the CLIP family's iterated-learning schedule (warm-up, 3 generations
+# of distillation + interaction, extension) over the same steps. Runs validate every 1/20 of the budget on
+# the first 50 val images (250 captions), stop after 5 validations without a gain of 0.5 point, never before
+# 40 % of the budget (COMPOSER sits at chance for a while before it starts to match: issue 17); the search
+# runs at the budget under ASHA (cuts at 16K, 48K and 144K positives, keeping the best third).
+_CONVERGE_POSITIVES = 160_000
+_CONVERGE_STEPS = math.ceil(_CONVERGE_POSITIVES / 64)  # 2,500
 _CONVERGE = replace(
     _CPU, name="converge", world_images=15000, clip_batch_size=64,
     schedules={"composer": Schedule(steps=_CONVERGE_STEPS, batch_size=64, warmup_fraction=0.05, decay_fractions=(0.8,)),
                "vse": Schedule(steps=_CONVERGE_STEPS, batch_size=64, warmup_fraction=0.05, decay_fractions=(0.8,))},
-    il={"t_warm": 400, "t_distill": 50, "t_interact": 300, "generations": 3, "t_extend": _CONVERGE_STEPS - 1450,
+    il={"t_warm": 500, "t_distill": 60, "t_interact": 400, "generations": 3, "t_extend": _CONVERGE_STEPS - 1880,
         "lr_warmup_steps": 100},
-    plateau=StudyPlateau(max_positives=_CONVERGE_POSITIVES, val_every_positives=_CONVERGE_POSITIVES // 25, patience=5,
-                         min_delta=0.5, min_positives=int(0.4 * _CONVERGE_POSITIVES),
-                         asha_grace_positives=_CONVERGE_POSITIVES // 9, asha_reduction=3),
+    plateau=StudyPlateau(max_positives=_CONVERGE_POSITIVES, val_every_positives=_CONVERGE_POSITIVES // 20,
+                         patience=5, min_delta=0.5, min_positives=int(0.4 * _CONVERGE_POSITIVES), val_images=50,
+                         asha_grace_positives=16_000, asha_reduction=3),
     # 100 images x 500 captions per test set (chance R@1 1 %), the MCD split and 3 windows of 100 images
     eval_images=100, mcd_images=100, num_windows=3, hn_images=50, ablation_seeds=None, jobs=2,
     runs=("composer", "vse", "flat", "clip", "codebook_clip", "il_clip"))

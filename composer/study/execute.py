@@ -30,8 +30,8 @@ from composer.study.data import PRUNE_SEED, EvalSets
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["RESULT", "StudyOptions", "read_train_curve", "run_dir", "run_recipe", "ray_resources", "run_tasks", "study_schedule",
-           "train_and_evaluate"]
+__all__ = ["RESULT", "StudyOptions", "ray_resources", "read_train_curve", "run_dir", "run_recipe", "run_tasks",
+           "study_schedule", "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ report from whatever has finished (:mod:`composer.study.report`).
 ``gc-study`` (composer/cli/study.py, ``experiments/run_study.py``) parses its arguments and calls
 :func:`run_study`. Each run writes its ``study_result.json`` atomically when it is done; a rerun skips finished
 runs and trains the others (a folder left half-trained by a kill is resumed from its last checkpoint under a
-plateau profile, else trained from its beginning), so a killed study resumes where it stopped (seeds and runs may grow between invocations; other profile settings
-may not).
+plateau profile, else trained from its beginning), so a killed study resumes where it stopped (seeds and runs
+may grow between invocations; other profile settings may not).
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from composer.evaluation.caption_subsets import length_bucket_labels
+
 __all__ = [
     "COLUMN_KINDS",
     "FIGURE4_ROWS",
@@ -273,12 +275,22 @@ def _recall(prefix: str, key: str, ks=(1, 5)) -> tuple[Column, ...]:
 _IN_MCD = _recall("in-domain", "test") + (Column("systematic R@1", ("systematic", "R@1")),) + _recall("MCD", "mcd")
 _MAIN_ROWS = (Row("VSE", "vse"), Row("Flat cross-modal (ViLBERT-style)", "flat"), Row("COMPOSER", "composer"),
               Row("CLIP", "clip"), Row("Codebook-CLIP", "codebook_clip"), Row("IL-CLIP", "il_clip"))
+# issue 36: NegCLIP (it encodes twice the text of the others per step: each caption and its word swap) and the
+# models trained with structural negatives (verified-false captions of the image as extra caption negatives)
+_NEGCLIP_ROWS = (Row("NegCLIP (2x text)", "negclip"), Row("IL-NegCLIP (2x text)", "il_negclip"))
+_STRUCTURAL_ROWS = (Row("COMPOSER + structural", "composer_structneg"), Row("Flat + structural", "flat_structneg"),
+                    Row("VSE + structural", "vse_structneg"), Row("CLIP + structural", "clip_structneg"),
+                    Row("NegCLIP (2x text) + structural", "negclip_structneg"))
+_KINDS = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")
+_LOKO_ROWS = tuple(Row(f"{label}, all but {kind}", f"{run}_structneg_no_{kind[3:].lower()}", label)
+                   for run, label in (("composer", "COMPOSER"), ("clip", "CLIP")) for kind in _KINDS)
 
 
 def _ceiling(role: str, oracle: str, k: int = 1) -> tuple[str, ...]:
     """Path of an oracle's single-positive R@k on a set (the report's ``ceilings``)."""
     return (role, "ceilings", oracle, "sentence", f"R@{k}")
 _HN = ("hard_negatives",)
+_LENGTH_BUCKETS = tuple(length_bucket_labels())  # caption lengths in words: 1-6, 7-9, ...
 
 TABLES: tuple[TableSpec, ...] = (
     TableSpec("composer_table2",
@@ -304,16 +316,64 @@ TABLES: tuple[TableSpec, ...] = (
                    "The oracle columns are what exact truth, a bag of bound objects (roles ignored) and a bag of "
                    "words reach on the same set (single-positive R@1, ties broken at random); they are the same "
                    "for every model and bound what structure can be worth on the set."),
+    TableSpec("gap_by_length", "Generalisation gap within caption-length buckets: in-domain and systematic R@1",
+              _MAIN_ROWS,
+              tuple(Column(f"{label} {bucket}", (role, "sentence_by_length", bucket, "R@1"))
+                    for bucket in _LENGTH_BUCKETS for role, label in (("test", "in-domain"), ("systematic", "syst."))),
+              note="Words per caption; each cell is R@1 over the captions of that length in the set (a bucket with "
+                   "few captions is noisy: their counts are in each run's results.json). Systematic captions tend "
+                   "to be longer (docs/world.md), so a gap read within buckets compares like with like."),
     TableSpec("twin_groups", "Minimal-pair twin groups (Winoground scores), in-domain and systematic",
               _MAIN_ROWS,
               tuple(Column(f"{label} {score}", (role, "twins", score)) for role, label in
                     (("test", "in-domain"), ("systematic", "systematic")) for score in ("text", "image", "group"))
-              + tuple(Column(f"systematic {kind} group", ("systematic", "twins", kind, "group"))
+              + tuple(Column(f"{label} {kind} group", (role, "twins", kind, "group"))
+                      for role, label in (("test", "in-domain"), ("systematic", "systematic"))
                       for kind in ("relation", "binding")),
               note="A twin group: two captions with the same words and different truths (relation direction, "
                    "attribute binding) and the two images each is true of (the counterfactual twin re-rendered). "
                    "Text: both captions prefer their own image's caption; image: both images their own caption; "
                    "group: both. Chance: 25 / 25 / 16.7; ties count as failures (001's conventions)."),
+    TableSpec("twin_interaction",
+              "Twin groups: does the caption preference depend on the image? (beside the Winoground scores)",
+              _MAIN_ROWS + _NEGCLIP_ROWS + _STRUCTURAL_ROWS,
+              tuple(Column(f"{label} {kind} {header}", (role, "twins", "interaction", kind, key), digits=digits)
+                    for role, label in (("test", "in-domain"), ("systematic", "systematic"))
+                    for kind in ("relation", "binding")
+                    for header, key, digits in (("dependence", "image_dependence", 2), ("same caption %", "same_caption", 1),
+                                                ("ties %", "tie", 1), ("wrong way %", "wrong_way", 1))),
+              note="d(i) = score(caption 0, image i) - score(caption 1, image i). Dependence: sum |d(0) - d(1)| / "
+                   "sum (|d(0)| + |d(1)|), in [0, 1]: 0 when the image moves both captions' scores alike (a score "
+                   "f(caption) + g(image) gets 0, and the same caption wins on both images), 1 when the preference "
+                   "flips with the image in every group. Same caption: one caption wins on both images (blind to "
+                   "the difference); ties: d = 0 exactly on an image; wrong way: each image prefers the other "
+                   "caption (reads the difference backwards); the rest is the text score. A group score of 0 with "
+                   "dependence near 0 is a model that does not read the difference."),
+    TableSpec("structural_negatives",
+              "Structural negatives in training: twin group scores and retrieval, with and without (issue 36)",
+              _MAIN_ROWS[:4] + _NEGCLIP_ROWS[:1] + _STRUCTURAL_ROWS,
+              tuple(Column(f"{label} {kind} group", (role, "twins", kind, "group"))
+                    for role, label in (("test", "in-domain"), ("systematic", "systematic"))
+                    for kind in ("relation", "binding"))
+              + (Column("in-domain R@1", ("test", "R@1")), Column("systematic R@1", ("systematic", "R@1")),
+                 Column("I2T all (hard negatives)", _HN + ("i2t",))),
+              note="Structural: each positive caption also gets a caption of the world verified false of its image "
+                   "(CREPE's HN-ATOM / SWAP / NEG / COMP edits, checked against the scene graph), never one naming "
+                   "a held-out compound or an evaluation caption: an extra caption negative of COMPOSER's and the "
+                   "flat model's match loss, an extra text column of that image in VSE's and CLIP's contrastive "
+                   "loss. NegCLIP encodes twice the text per step (each caption and its word swap), and compares "
+                   "images with its pool's nearest neighbours. Group chance 16.7."),
+    TableSpec("structural_leave_one_out",
+              "Structural negatives, leave one kind out: does training on the other kinds transfer to it?",
+              (Row("COMPOSER, all kinds", "composer_structneg", "COMPOSER"),) + _LOKO_ROWS[:4]
+              + (Row("CLIP, all kinds", "clip_structneg", "CLIP"),) + _LOKO_ROWS[4:],
+              tuple(Column(f"I2T {t}", _HN + ("i2t_by_type", t)) for t in _KINDS)
+              + (Column("systematic relation group", ("systematic", "twins", "relation", "group")),
+                 Column("systematic binding group", ("systematic", "twins", "binding", "group")),
+                 Column("in-domain R@1", ("test", "R@1"))),
+              note="Each 'all but' row trains with the other three kinds only: its I2T on the left-out kind (the "
+                   "hard-negative evaluation, on test images) is transfer; compare with the all-kinds row and with "
+                   "the model without structural negatives (structural_negatives table)."),
     TableSpec("composer_table3", "COMPOSER Table 3: primitive encoding with and without CrossAtt",
               (Row("✗ (mean of sub-words)", "composer_no_crossatt"), Row("✓ (CrossAtt)", "composer")), _IN_MCD),
     TableSpec("composer_table4", "COMPOSER Table 4: modulators",
@@ -351,8 +411,8 @@ TABLES: tuple[TableSpec, ...] = (
                    "drawn from the positive's 100 nearest training captions by MiniLM embedding (ViLBERT's "
                    "sampler), the other at random; the default is chosen on val."),
     TableSpec("il_table1", "IL-CLIP Table 1: compositional hard negatives (world, verified false) and retrieval",
-              (Row("CLIP", "clip"), Row("Codebook-CLIP", "codebook_clip"), Row("NegCLIP", "negclip"),
-               Row("IL-CLIP", "il_clip"), Row("VSE", "vse"), Row("Flat cross-modal (ViLBERT-style)", "flat"),
+              (Row("CLIP", "clip"), Row("Codebook-CLIP", "codebook_clip"), Row("NegCLIP (2x text)", "negclip"),
+               Row("IL-CLIP", "il_clip"), Row("IL-NegCLIP (2x text)", "il_negclip"), Row("VSE", "vse"), Row("Flat cross-modal (ViLBERT-style)", "flat"),
                Row("COMPOSER", "composer")),
               tuple(Column(f"I2T {t}", _HN + ("i2t_by_type", t)) for t in ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP"))
               + (Column("I2T all", _HN + ("i2t",)), Column("T2I", _HN + ("t2i",)), Column("Group", _HN + ("group",)),

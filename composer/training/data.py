@@ -7,6 +7,14 @@ image, so the batch has ``Q = B * (1 + K)`` pairs, ``K`` negatives per positive.
 caption negative is random; ViLBERT draws one of them from the positive's nearest neighbours
 (``hard_negative_captions=1``, :mod:`composer.training.caption_neighbours`).
 
+Structural negatives (a recipe option, off by default; :mod:`composer.training.structural_negatives`): on
+the generated world, ``structural_negatives.per_caption`` more caption-negative columns per positive hold
+captions verified false of the positive's image (CREPE's swap / atom / negation / binding edits of its
+caption), never a held-out compound nor an evaluation caption; a positive without one (or not drawn, at
+``rate`` < 1) gets a random caption there, marked in ``TrainBatch.structural_valid``. COMPOSER's and the flat
+model's match loss read every column as it is; the dual encoders read the valid ones as extra text negatives
+of that image. They are drawn from their own random stream, so the other negatives stay as they were.
+
 Determinism: the caption order of epoch ``e`` is a permutation seeded by ``(seed, e)``, and the
 negatives of batch ``b`` come from a generator seeded by ``(seed, e, b)``. The training loader is
 *stateful*: Lightning stores its position (the batches the model has trained on) in checkpoints and
@@ -24,7 +32,7 @@ set is scored); the LightningModule scores it at the end of the epoch on one pro
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import lightning as L
@@ -35,8 +43,10 @@ from torch.utils.data import DataLoader, Sampler
 from composer.evaluation.eval_sets import EvalImages, select_eval_images
 from composer.evaluation.sentence_retrieval import SentenceRetrievalSet, ceiling_reports
 from composer.models.composer.program import ConceptProgram, ProgramBatch
+from composer.training.structural_negatives import StructuralNegativeConfig
 
-__all__ = ["DataConfig", "CompositionDataModule", "TrainBatch", "EvalImages", "EpochBatchSampler"]
+__all__ = ["DataConfig", "CompositionDataModule", "TrainBatch", "EvalImages", "EpochBatchSampler",
+           "StructuralNegativeConfig"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +79,8 @@ class DataConfig:
             features.world.generate --held-out-seed/--held-out-pairs/--held-out-facts``; docs/world.md).
         prune_probability, prune_seed: build every split's CRG from parses whose branches are removed
             with this probability (the paper's Table 7, :func:`crg.extract.prune_tree`); 0 = the parser's trees.
+        structural_negatives: verified-false caption negatives of the positive's own image (kinds, rate;
+            :class:`composer.training.structural_negatives.StructuralNegativeConfig`; off by default).
     """
 
     data: str = "world"
@@ -93,8 +105,11 @@ class DataConfig:
     world_held_out_facts: int = 6
     prune_probability: float = 0.0
     prune_seed: int = 0
+    structural_negatives: StructuralNegativeConfig = field(default_factory=StructuralNegativeConfig)
 
     def __post_init__(self):
+        if isinstance(self.structural_negatives, dict):  # from a saved run's settings
+            self.structural_negatives = StructuralNegativeConfig(**self.structural_negatives)
         if not 0.0 <= self.prune_probability <= 1.0:
             raise ValueError(f"prune_probability must lie in [0, 1], got {self.prune_probability}")
         if self.batch_size < 1 or self.negative_captions < 0 or self.negative_images < 0:
@@ -120,6 +135,10 @@ class TrainBatch:
             1..Kc the caption negatives (positive image, other caption), the rest the image
             negatives (other image, positive caption).
         num_caption_negatives: Kc.
+        image_ids: (I,) the images' ids, in ``regions``' order (NegCLIP's image pool knows images by id).
+        structural_negatives: S, the last S of the Kc caption-negative columns hold structural negatives.
+        structural_valid: (B, S) bool, True = a caption verified false of the row's image; False = a random
+            caption filled the column (no structural negative for that positive). None when S = 0.
     """
 
     regions: torch.Tensor
@@ -129,11 +148,15 @@ class TrainBatch:
     pair_image: torch.Tensor
     pair_caption: torch.Tensor
     num_caption_negatives: int
+    image_ids: tuple[str, ...] | None = None
+    structural_negatives: int = 0
+    structural_valid: torch.Tensor | None = None
 
     def to(self, device) -> "TrainBatch":
         return TrainBatch(self.regions.to(device), self.geometry.to(device), self.region_mask.to(device),
                           self.programs, self.pair_image.to(device), self.pair_caption.to(device),
-                          self.num_caption_negatives)
+                          self.num_caption_negatives, self.image_ids, self.structural_negatives,
+                          None if self.structural_valid is None else self.structural_valid.to(device))
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -305,6 +328,9 @@ class CompositionDataModule(L.LightningDataModule):
         for c, image in enumerate(self.train_caption_image):
             self.train_by_image.setdefault(image, []).append(c)
         self.train_images = sorted(self.train_by_image)
+        self.structural = None  # StructuralNegativeSource, when structural negatives are on
+        if self.cfg.structural_negatives.enabled:
+            self.structural = self._structural_source(spec)
         self.hard_pool = None  # (N_train_captions, P) nearest captions of other images, when hard negatives are on
         if self.cfg.hard_negative_captions:
             from composer.training.caption_neighbours import hard_caption_pool
@@ -314,6 +340,61 @@ class CompositionDataModule(L.LightningDataModule):
                 raise ValueError("hard caption negatives: no training caption of another image to draw from")
         logger.info("train: %d images, %d captions; val %d, test %d captions", len(self.train_images),
                     g.num_captions, self.graphs["val"].num_captions, self.graphs["test"].num_captions)
+
+    def _structural_source(self, spec):
+        """The structural negatives' source: the world's scene graphs, banning every evaluation caption."""
+        from composer.training.structural_negatives import StructuralNegativeSource, texts_of
+
+        if spec.world_dir is None or self.cfg.captions is not None:
+            raise ValueError(f"structural negatives need a generated world's scene graphs to verify them false; "
+                             f"data={self.cfg.data!r} (captions={self.cfg.captions!r}) has none: use data='world' "
+                             f"or turn structural_negatives off")
+        banned = texts_of([r for r in self.roles() if r != "train"], self.graphs)
+        source = StructuralNegativeSource(spec.world_dir, self.cfg.structural_negatives, banned)
+        self._structural_programs: dict[str, ConceptProgram | None] = {}
+        sn = self.cfg.structural_negatives
+        logger.info("structural negatives on: %s, %d per caption at rate %.2f (verified false of the image; no "
+                    "held-out compound; none of the %d evaluation captions)", ", ".join(sn.kinds), sn.per_caption,
+                    sn.rate, len(source.banned))
+        return source
+
+    def _programs_of(self, texts: list[str]) -> dict[str, ConceptProgram | None]:
+        """Programs of negative texts, parsed as the training CRG's captions are (same parser and pruning)."""
+        from composer.evaluation.text_pairs import programs_for_texts
+
+        todo = [t for t in dict.fromkeys(texts) if t not in self._structural_programs]
+        if todo:
+            name, model = self.parser()
+            self._structural_programs.update(programs_for_texts(
+                todo, parser_name=name, parser_model=model, prune_probability=self.cfg.prune_probability,
+                prune_seed=self.cfg.prune_seed))
+        return self._structural_programs
+
+    def _structural_choices(self, positives: list[int], rng: np.random.Generator) -> list[list[str]]:
+        """Per positive, its drawn structural negatives (at most ``per_caption``; [] when not drawn). Only the
+        drawn ones are parsed (a negative whose parse fails is replaced by the next in the drawn order)."""
+        cfg = self.cfg.structural_negatives
+        g = self.graphs["train"]
+        orders = []
+        for c in positives:
+            texts = self.structural.negatives(self.train_caption_image[c], g.caption_texts[c])
+            drawn = rng.random() < cfg.rate
+            order = [texts[int(k)] for k in rng.permutation(len(texts))]  # either way: rate shifts no stream
+            orders.append(order if drawn else [])
+        chosen = [order[:cfg.per_caption] for order in orders]
+        nxt = [cfg.per_caption] * len(orders)
+        while True:
+            programs = self._programs_of([t for row in chosen for t in row])
+            short = False
+            for r, order in enumerate(orders):
+                kept = [t for t in chosen[r] if programs.get(t) is not None]
+                while len(kept) < min(cfg.per_caption, len(order)) and nxt[r] < len(order):
+                    kept.append(order[nxt[r]])  # parsed on the next pass
+                    nxt[r] += 1
+                    short = True
+                chosen[r] = kept
+            if not short:
+                return [[t for t in row if programs.get(t) is not None] for row in chosen]
 
     # ------------------------------------------------------------------ training batches
     def train_dataloader(self) -> DataLoader:
@@ -367,8 +448,14 @@ class CompositionDataModule(L.LightningDataModule):
             return img_slot[i]
 
         n_img = len(self.train_images)
+        S = self.cfg.structural_negatives.per_caption if self.structural is not None else 0
+        extra: list[str] = []          # structural negative texts of the batch (caption slots after the graph's)
+        extra_slot: dict[str, int] = {}
+        chosen = self._structural_choices(positives, np.random.default_rng([self.cfg.seed, epoch, batch_idx, 2])) \
+            if S else [[] for _ in positives]
+        structural_valid = []
         pair_image, pair_caption = [], []
-        for c in positives:
+        for c, struct in zip(positives, chosen):
             own = self.train_caption_image[c]
             row_i, row_c = [img(own)], [cap(c)]
             n_hard = self.cfg.hard_negative_captions
@@ -382,6 +469,26 @@ class CompositionDataModule(L.LightningDataModule):
             for _ in range(n_hard):  # one of this caption's nearest captions of other images, on this image
                 row_i.append(img(own))
                 row_c.append(cap(int(self.hard_pool[c, int(rng.integers(self.hard_pool.shape[1]))])))
+            if S:
+                fill = np.random.default_rng([self.cfg.seed, epoch, batch_idx, 3, c])
+                valid = []
+                for k in range(S):  # a verified-false caption of this image, else a random other image's caption
+                    row_i.append(img(own))
+                    if k < len(struct):
+                        text = struct[k]
+                        if text not in extra_slot:
+                            extra_slot[text] = len(extra)
+                            extra.append(text)
+                        row_c.append(-1 - extra_slot[text])  # resolved after the graph's captions are known
+                        valid.append(True)
+                    else:
+                        other = self.train_images[int(fill.integers(n_img))]
+                        while other == own and n_img > 1:
+                            other = self.train_images[int(fill.integers(n_img))]
+                        choices = self.train_by_image[other]
+                        row_c.append(cap(choices[int(fill.integers(len(choices)))]))
+                        valid.append(False)
+                structural_valid.append(valid)
             for _ in range(self.cfg.negative_images):  # another image, with this caption
                 other = self.train_images[int(rng.integers(n_img))]
                 while other == own and n_img > 1:
@@ -391,10 +498,18 @@ class CompositionDataModule(L.LightningDataModule):
             pair_image.append(row_i)
             pair_caption.append(row_c)
         regions = self.store.read_batch(images, self.cfg.max_regions, add_global=True)
-        programs = ProgramBatch.from_graph(g, captions, self.tokenizer)
+        if extra:
+            n = len(captions)
+            pair_caption = [[n - 1 - x if x < 0 else x for x in row] for row in pair_caption]  # -1 - j -> n + j
+            parsed = self._structural_programs
+            programs = ProgramBatch.collate([ConceptProgram.from_graph(g, c) for c in captions]
+                                            + [parsed[t] for t in extra], self.tokenizer)
+        else:
+            programs = ProgramBatch.from_graph(g, captions, self.tokenizer)
         return TrainBatch(torch.from_numpy(regions.features), torch.from_numpy(regions.geometry),
                           torch.from_numpy(regions.mask), programs, torch.tensor(pair_image),
-                          torch.tensor(pair_caption), self.cfg.negative_captions)
+                          torch.tensor(pair_caption), self.cfg.negative_captions + S, tuple(images), S,
+                          torch.tensor(structural_valid, dtype=torch.bool) if S else None)
 
     # ------------------------------------------------------------------ evaluation sets
     def eval_set(self, role: str, max_images: int | None = None) -> EvalImages:

@@ -21,7 +21,7 @@ import torch
 from composer.models.common.config import plain_config
 from composer.provenance import git_sha
 from composer.training.data import CompositionDataModule
-from composer.training.recipes import TrainingRecipe, build_module
+from composer.training.recipes import TrainingRecipe, build_module, settings_when_on
 from crg.outputs import prepare_output_dir, release_output_dir, write_json_atomic
 
 if TYPE_CHECKING:
@@ -384,6 +384,7 @@ def run_settings(recipe: TrainingRecipe, options: TrainerOptions) -> dict:
                 "precision": training_precision(options)}
     if recipe.plateau.enabled:
         settings["recipe"]["plateau"] = recipe.plateau.settings()
+    settings["recipe"] = settings_when_on(settings["recipe"])  # structural / NegCLIP options only when on
     return settings
 
 

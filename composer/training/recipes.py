@@ -26,9 +26,10 @@ from typing import Any
 from composer.models import registry
 from composer.models.common.retrieval_module import OptimConfig
 from composer.training.data import DataConfig
+from composer.training.structural_negatives import StructuralNegativeConfig
 from composer.training.plateau import PlateauConfig
 
-__all__ = ["RecipeOverrides", "TrainingRecipe", "build_module", "named_recipe"]
+__all__ = ["RecipeOverrides", "TrainingRecipe", "build_module", "named_recipe", "settings_when_on"]
 
 
 @dataclass
@@ -50,6 +51,8 @@ class RecipeOverrides:
         il_preset, il: the CLIP family's :class:`ILConfig` preset and field overrides.
         val_every_positives, patience, min_delta, max_positives, min_positives: :class:`PlateauConfig`
             fields (training to the plateau; all off by default).
+        structural_negatives: :class:`composer.training.structural_negatives.StructuralNegativeConfig` fields
+            (``{"kinds": ("HN-SWAP", "HN-COMP")}``): verified-false caption negatives for any model; None = off.
     """
 
     preset: str | None = None
@@ -87,6 +90,7 @@ class RecipeOverrides:
     min_delta: float | None = None
     max_positives: int | None = None
     min_positives: int | None = None
+    structural_negatives: dict[str, Any] | None = None
 
 
 @dataclass
@@ -159,7 +163,8 @@ def named_recipe(model: str, dataset: str = "world", overrides: RecipeOverrides 
                       world_held_out_facts=pick("world_held_out_facts", 6),
                       prune_probability=o.prune_probability,
                       prune_seed=o.prune_seed, parser=o.parser, parser_model=o.parser_model,
-                      hard_negative_captions=pick("hard_negative_captions", 0))
+                      hard_negative_captions=pick("hard_negative_captions", 0),
+                      structural_negatives=StructuralNegativeConfig(**(o.structural_negatives or {})))
     # COMPOSER trains with all three losses unless told; the flat model adds MVSA on request (Table 5)
     use_mvsa = o.use_mvsa if o.use_mvsa is not None else "mvsa" in spec.default_losses
     use_order = o.use_order if o.use_order is not None else "order" in spec.default_losses
@@ -189,3 +194,32 @@ def build_module(recipe: TrainingRecipe, model_cfg, *, load_pretrained: bool = T
     ``load_pretrained``: the text encoder's pretrained weights where the config names them)."""
     module = registry.resolve(registry.get(recipe.model).module)
     return module.from_recipe(recipe, model_cfg, load_pretrained=load_pretrained)
+
+
+# Settings added after runs were recorded: left out of a run's settings while off, so that a run recorded before
+# they existed still resumes (its OUT/run.json must equal the new one's)
+_OFF_UNLESS_SET = {"data": {"structural_negatives": lambda v: not v.get("kinds")},
+                   "il": {"negclip": lambda v: not v, "image_negatives": None, "image_pool_size": None}}
+
+
+def settings_when_on(recipe_settings: dict) -> dict:
+    """``recipe_settings`` (``run_settings``' ``"recipe"``) without the later options that are off: the data's
+    structural negatives when they have no kinds, NegCLIP's pool settings when ``negclip`` is off.
+
+    >>> s = {"data": {"seed": 0, "structural_negatives": {"kinds": ()}},
+    ...      "il": {"lr": 1.0, "negclip": False, "image_negatives": 1, "image_pool_size": 8}}
+    >>> settings_when_on(s)
+    {'data': {'seed': 0}, 'il': {'lr': 1.0}}
+    """
+    out = dict(recipe_settings)
+    for section, keys in _OFF_UNLESS_SET.items():
+        values = out.get(section)
+        if not isinstance(values, dict):
+            continue
+        values = dict(values)
+        gate, *_ = keys
+        if keys[gate](values.get(gate, {} if section == "data" else False)):
+            for key in keys:
+                values.pop(key, None)
+        out[section] = values
+    return out

@@ -27,6 +27,7 @@ from typing import Callable
 from crg.build import build_crg
 from crg.cli.arguments import positive_int
 from crg.corpus import CORPUS_FORMATS, CorpusFormatError, parse_splits, read_corpus
+from crg.corpus_ranges import check_range_corpus
 from crg.outputs import OutputDirError, prepare_output_dir, write_json_atomic
 from crg.parse import add_parser_arguments, make_parser
 from crg.parse_cache import ParseCache, default_cache_path
@@ -64,6 +65,13 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
                          "this machine's cores)")
     ap.add_argument("--shards", type=int, default=None,
                     help="--engine ray: cut the corpus into N shards (default: about 1,000 captions each)")
+    ap.add_argument("--merge", choices=("driver", "partitioned"), default="driver",
+                    help="--engine ray: driver (default) merges the shards in the driver and saves graph.npz; "
+                         "partitioned: workers read byte ranges of an uncompressed JSONL or TSV corpus themselves, Ray "
+                         "actors merge hash partitions of the tables, the graph is saved columnar (graph.json + "
+                         "graph/, memory-mapped by load_graph); the same graph (docs/scale.md)")
+    ap.add_argument("--partitions", type=positive_int, default=None,
+                    help="--merge partitioned: merge partitions (default: the workers)")
     ap.add_argument("--max-words", type=int, default=100, help="skip captions longer than this")
     ap.add_argument("--show", type=int, default=0, metavar="N",
                     help="print the concept trees of the first N captions")
@@ -75,7 +83,8 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
     return ap
 
 
-OWNED = ("graph.npz", "graph_strings.json.gz", "stats.json", "captions.jsonl", "shards")
+OWNED = ("graph.npz", "graph_strings.json.gz", "graph.json", "graph", "graph.tmp", "stats.json", "captions.jsonl",
+         "shards")
 
 
 def format_caption_tree(graph, caption: int) -> str:
@@ -94,6 +103,23 @@ def format_caption_tree(graph, caption: int) -> str:
 
     show(int(graph.caption_root[caption]), 0)
     return "\n".join(lines)
+
+
+def _build_partitioned(args, parser_key: str):
+    from crg.ray_engine import ParserSpec, RayConfig
+    from crg.ray_scale import build_crg_partitioned
+
+    config = RayConfig(address=args.address, workers=args.workers, shards=args.shards)
+    out = Path(args.out)
+    try:
+        build = build_crg_partitioned(args.captions, ParserSpec(args.parser, args.parser_model), out,
+                                      splits=parse_splits(args.split), config=config, num_partitions=args.partitions,
+                                      cache_path=None if args.no_cache else (args.cache or default_cache_path()),
+                                      dump_path=out / "captions.jsonl" if args.dump else None,
+                                      progress=not args.quiet, max_words=args.max_words, parser_key=parser_key)
+    except (ValueError, CorpusFormatError) as err:
+        raise SystemExit(f"error: {err}") from None
+    return build.graph, build.report, build.engine
 
 
 def _build_with_ray(args, corpus, parser_key: str):
@@ -142,27 +168,43 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
         if args.parser_model is not None:
             raise SystemExit("error: --parser-model needs --parser (spacy, benepar or preparsed)")
         args.parser = "spacy"
-    if args.engine != "ray" and (args.address or args.shards):
-        raise SystemExit("error: --address and --shards are options of --engine ray")
+    if args.engine != "ray" and (args.address or args.shards or args.merge != "driver"):
+        raise SystemExit("error: --address, --shards and --merge are options of --engine ray")
+    if args.merge != "partitioned" and args.partitions:
+        raise SystemExit("error: --partitions is an option of --merge partitioned")
+    partitioned = args.engine == "ray" and args.merge == "partitioned"
     if args.resume and args.overwrite:
         raise SystemExit("error: --resume rebuilds the graph in --out, --overwrite replaces it: give one of them")
-    try:
-        corpus = read_corpus(args.captions, args.format, ids_path=args.scan_ids)
-    except (CorpusFormatError, FileNotFoundError) as err:
-        raise SystemExit(f"error: {err}") from None
-    if args.split:
+    if partitioned:  # the workers read the corpus: here only what it is is checked
+        try:
+            range_format = check_range_corpus(args.captions, args.format)
+            import ray  # noqa: F401  (to fail here, with the fix, when the extra is missing)
+        except (CorpusFormatError, FileNotFoundError) as err:
+            raise SystemExit(f"error: {err}") from None
+        except ImportError as err:
+            raise SystemExit(f"error: --engine ray needs Ray ({err}); install it with pip install -e \".[distributed]\"")
+        corpus = None
+    else:
+        try:
+            corpus = read_corpus(args.captions, args.format, ids_path=args.scan_ids)
+        except (CorpusFormatError, FileNotFoundError) as err:
+            raise SystemExit(f"error: {err}") from None
+    if args.split and corpus is not None:
         try:
             corpus = corpus.select(parse_splits(args.split))  # aliases too: trainval, all
         except ValueError as err:
             raise SystemExit(f"error: {err}") from None
-    if corpus.num_captions == 0:
+    if corpus is not None and corpus.num_captions == 0:
         raise SystemExit(f"error: {args.captions} has no caption" + (f" in split(s) {args.split}" if args.split else "")
                          + "; nothing to build (check --split against the corpus' split labels)")
-    settings = {"captions": str(Path(args.captions).resolve()), "format": corpus.format, "split": args.split,
+    settings = {"captions": str(Path(args.captions).resolve()), "format": range_format if partitioned else corpus.format,
+                "split": args.split,
                 "parser": args.parser, "parser_model": args.parser_model, "max_words": args.max_words,
                 "dump": args.dump}
     if args.engine == "ray":
         settings["engine"] = "ray"  # only then: folders of the single engine resume as before
+    if partitioned:
+        settings["merge"] = "partitioned"
     if args.engine == "ray" and args.address:
         from crg.ray_engine import RayConnectError, check_address
 
@@ -177,7 +219,8 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"error: {err}") from None
     try:
-        writes = ["graph.npz", "graph_strings.json.gz", "stats.json"] + (["captions.jsonl"] if args.dump else []) \
+        graph_files = ["graph.json", "graph", "graph.tmp"] if partitioned else ["graph.npz", "graph_strings.json.gz"]
+        writes = graph_files + ["stats.json"] + (["captions.jsonl"] if args.dump else []) \
             + (["shards"] if args.engine == "ray" else [])
         prepare_output_dir(args.out, command="build_crg", settings=settings,
                            mode="resume" if args.resume else "overwrite" if args.overwrite else "new", owned=OWNED,
@@ -187,7 +230,9 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
         raise SystemExit(f"error: {err}") from None
     out = Path(args.out)
     engine = None
-    if args.engine == "ray":
+    if partitioned:
+        graph, report, engine = _build_partitioned(args, parser.cache_key())
+    elif args.engine == "ray":
         graph, report, engine = _build_with_ray(args, corpus, parser.cache_key())
     else:
         workers = args.workers
@@ -205,7 +250,8 @@ def main(argv=None, *, resolve_dataset: Callable | None = None) -> int:
                 cache.close()
     if graph.num_captions == 0:
         raise SystemExit(f"error: every caption of {args.captions} was skipped ({report.as_dict()}); no graph written")
-    graph.save(out)
+    if not partitioned:  # the partitioned merge wrote the graph (columnar) itself
+        graph.save(out)
     stats = graph.stats()
     stats.update({"corpus": str(args.captions), "splits": args.split, "parser": parser.cache_key(),
                   "wall_seconds": round(time.perf_counter() - started, 2), "report": report.as_dict()})

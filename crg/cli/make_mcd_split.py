@@ -96,6 +96,13 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--cache", default=None, help="parse cache file used when a graph must be built "
                                                   "(default: $GC_CACHE_DIR/parse_cache.sqlite)")
     ap.add_argument("--graph-cache", default=None, help="graph cache directory (default: $GC_CACHE_DIR/graphs)")
+    ap.add_argument("--train-graph", default=None,
+                    help="the training images' graph, built beforehand (gc-build-crg --out DIR, e.g. --engine ray "
+                         "--merge partitioned), used instead of the graph cache: memory-mapped when columnar, its "
+                         "saved per-image counts read instead of its captions; within one corpus, the graph of "
+                         "every image used")
+    ap.add_argument("--candidate-graph", default=None,
+                    help="the candidates' graph built beforehand (with --train-graph, candidates of another corpus)")
     ap.add_argument("--workers", type=int, default=None, help="parser processes when a graph must be built")
     ap.add_argument("--max-words", type=int, default=100, help="skip captions longer than this (graph build)")
     ap.add_argument("--overwrite", action="store_true",
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None, *, resolve_dataset: Callable | None = No
                          _splits(args.candidate_splits), args.candidate_format)
     graphs = GraphOptions(parser_name=parser_name, parser_model=parser_model, max_words=args.max_words,
                           cache_root=args.graph_cache, parse_cache_path=args.cache, n_process=args.workers,
-                          progress=not args.quiet)
+                          progress=not args.quiet, train_graph=args.train_graph, candidate_graph=args.candidate_graph)
     targets = parse_target_cds(args.target_cds)
     refine = RefineConfig(max_rounds=args.refine_rounds)
     anneal = None
@@ -168,7 +175,8 @@ def main(argv: list[str] | None = None, *, resolve_dataset: Callable | None = No
         prepare_output_dir(args.out, command="make_mcd_split", settings=settings, can_resume=False,
                            mode="overwrite" if args.overwrite else "new", owned=OWNED,
                            inputs={"--train": args.train, "--candidates": args.candidates, "--cache": args.cache,
-                                   "--graph-cache": args.graph_cache})
+                                   "--graph-cache": args.graph_cache, "--train-graph": args.train_graph,
+                                   "--candidate-graph": args.candidate_graph})
         split = write_mcd_split(corpora, args.out, config, target_spec=targets if isinstance(targets, str) else None,
                                 graphs=graphs, compounds=args.compounds)
     except (OutputDirError, ValueError) as err:

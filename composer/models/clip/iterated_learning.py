@@ -21,12 +21,21 @@ sparsemax weights themselves (squared error: the weights have exact zeros, so no
 distillation only the distillation loss trains (``distill_contrastive_weight`` adds the contrastive
 loss for an ablation); the other agent and the temperature then receive no gradient at all.
 
-**Hard negatives** (NegCLIP, Yuksekgonul et al., 2023; the paper's Table 8 "IL-NegCLIP"): each
-positive caption gets one text negative made by swapping two of its words
-(:func:`swap_two_words`), preferring the caption's CRG primitives (nouns and the like: "a red cube
-left of a blue ball" -> "a red ball left of a blue cube"). These are NegCLIP's swap negatives; the
-batch's sampled caption negatives (``TrainBatch`` columns 1..Kc) are captions of random other
-images, i.e. ordinary in-batch negatives, so they are not used as hard negatives.
+**Hard negatives** (NegCLIP, Yuksekgonul et al., 2023, trained from scratch as IL-CLIP's §4.1 describes;
+the paper's Table 8 "IL-NegCLIP" with ``il_clip``), switched on together by ``negclip``:
+
+* text: each positive caption gets one negative made by swapping two of its words
+  (:func:`swap_two_words`), preferring the caption's CRG primitives (nouns and the like: "a red cube
+  left of a blue ball" -> "a red ball left of a blue cube"), offered to every image of the batch; so
+  NegCLIP encodes twice the text of the other models per step;
+* images: "a running pool of image representations, from which we extract the nearest neighbors for
+  each batch" (:class:`composer.models.clip.negatives.ImagePool`): each caption's image's nearest
+  recent images, as extra negatives of that caption (text-to-image direction).
+
+``text_hard_negatives`` alone gives the text negatives only (an ablation). The batch's sampled caption
+negatives (``TrainBatch`` columns 1..Kc) are captions of random other images, i.e. ordinary in-batch
+negatives, so they are not used as hard negatives; the structural negatives among them (a recipe option,
+:class:`composer.training.data.StructuralNegativeConfig`) are, for their own image only.
 
 Generation numbering: generation 0 is the warm-up stage; generation g >= 1 starts with the g-th spawn.
 """
@@ -47,7 +56,7 @@ from torch import nn
 from composer.models.common.config import named_config
 
 __all__ = ["DISTILL_TARGETS", "PHASES", "SPAWN_TARGETS", "ContrastiveOutput", "ILConfig", "ILPhase",
-           "clip_contrastive_loss", "distillation_loss", "il_config", "spawn", "swap_two_words"]
+           "clip_contrastive_loss", "distillation_loss", "il_config", "negclip_config", "spawn", "swap_two_words"]
 
 PHASES = ("warmup", "distill", "interact")
 SPAWN_TARGETS = ("language", "vision", "alternate")
@@ -89,7 +98,12 @@ class ILConfig:
     distill_target: str = "embedding"   # "embedding" (the message, 1 - cos) | "codes" (sparsemax weights, L2)
     distill_contrastive_weight: float = 0.0  # > 0: the contrastive loss also trains during distillation
     use_codebook: bool = True           # il_clip only; False = Table 4's "IL w/o codebook"
-    text_hard_negatives: bool = False   # NegCLIP word-swap text negatives (any kind; Table 8's IL-NegCLIP)
+    text_hard_negatives: bool = False   # NegCLIP's word-swap text negatives alone (any kind; an ablation)
+    # NegCLIP as IL-CLIP's paper ran it (§4.1; Table 8's IL-NegCLIP with il_clip): word-swap text negatives AND
+    # each caption's nearest images from a running pool of recent image representations (see image_negatives)
+    negclip: bool = False
+    image_negatives: int = 1            # pool neighbours per caption (NegCLIP adds one neighbour image per image)
+    image_pool_size: int = 2048         # FIFO of the most recent distinct images' embeddings (32 batches of 64)
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
@@ -111,6 +125,19 @@ class ILConfig:
             raise ValueError(f"ILConfig.spawn={self.spawn!r}; choose one of {SPAWN_TARGETS}")
         if self.distill_target not in DISTILL_TARGETS:
             raise ValueError(f"ILConfig.distill_target={self.distill_target!r}; choose one of {DISTILL_TARGETS}")
+        if self.image_negatives < 0 or self.image_pool_size < 1:
+            raise ValueError(f"ILConfig: image_negatives must be >= 0 and image_pool_size >= 1, got "
+                             f"{self.image_negatives}, {self.image_pool_size}")
+
+    @property
+    def text_swaps(self) -> bool:
+        """Whether each positive caption gets a word-swap negative (NegCLIP, or the text-only ablation)."""
+        return self.text_hard_negatives or self.negclip
+
+    @property
+    def pool_negatives(self) -> int:
+        """Nearest pool images per caption offered as extra negatives (0 unless NegCLIP)."""
+        return self.image_negatives if self.negclip else 0
 
     # ------------------------------------------------------------------ the schedule (pure functions)
     @property
@@ -202,6 +229,15 @@ def il_config(preset: str = "small", **overrides: Any) -> ILConfig:
     return named_config(ILConfig, PRESETS, preset, overrides)
 
 
+def negclip_config(preset: str = "small", **overrides: Any) -> ILConfig:
+    """NegCLIP's recipe: :func:`il_config` with ``negclip`` on (the ``negclip`` model's step schedule).
+
+    >>> negclip_config("small").negclip, negclip_config("small").total_steps
+    (True, 1800)
+    """
+    return il_config(preset, **{"negclip": True, **overrides})
+
+
 # ---------------------------------------------------------------------- spawn
 def spawn(model: nn.Module, which: str, generator: torch.Generator) -> nn.Module:
     """Re-initialise one agent of a :class:`composer.models.clip.model.ClipModel` in place; return the old
@@ -226,7 +262,9 @@ class ContrastiveOutput:
 
 def clip_contrastive_loss(image: torch.Tensor, text: torch.Tensor, scale: torch.Tensor, *,
                           same_image: torch.Tensor | None = None, hard_text: torch.Tensor | None = None,
-                          hard_valid: torch.Tensor | None = None) -> ContrastiveOutput:
+                          hard_valid: torch.Tensor | None = None, hard_images: torch.Tensor | None = None,
+                          hard_images_valid: torch.Tensor | None = None, own_hard_text: torch.Tensor | None = None,
+                          own_hard_valid: torch.Tensor | None = None) -> ContrastiveOutput:
     """Eq. 1 in both directions (CLIP): pair i is (image[i], text[i]); the rest of the batch are negatives.
 
     Args:
@@ -236,6 +274,12 @@ def clip_contrastive_loss(image: torch.Tensor, text: torch.Tensor, scale: torch.
             not negatives of each other's image (nor those images of each other's caption): masked.
         hard_text: (N, E) extra caption negatives offered to every image (NegCLIP: swapped captions).
         hard_valid: (N,) bool, False for a hard negative that could not be made (masked out).
+        hard_images: (B, K, E) extra image negatives of caption i only (NegCLIP: its image's nearest
+            neighbours in the pool of recent image representations; treated as constants by the caller).
+        hard_images_valid: (B, K) bool, False where the pool had no neighbour (masked out).
+        own_hard_text: (B, S, E) extra caption negatives of image i only (structural negatives: verified false
+            of that image, not of the others, so they are never offered to another image).
+        own_hard_valid: (B, S) bool, False where no such negative was made (masked out).
     """
     B = image.shape[0]
     if text.shape[0] != B:
@@ -251,6 +295,16 @@ def clip_contrastive_loss(image: torch.Tensor, text: torch.Tensor, scale: torch.
         if hard_valid is not None:
             hard = hard.masked_fill(~hard_valid[None, :], float("-inf"))
         per_image = torch.cat([per_image, hard], dim=1)                                       # (B, B + N)
+    if own_hard_text is not None and own_hard_text.shape[1]:
+        own = scale * torch.einsum("be,bse->bs", image, F.normalize(own_hard_text, dim=-1))   # (B, S)
+        if own_hard_valid is not None:
+            own = own.masked_fill(~own_hard_valid, float("-inf"))
+        per_image = torch.cat([per_image, own], dim=1)                                        # (B, B [+ N] + S)
+    if hard_images is not None and hard_images.shape[1]:
+        near = scale * torch.einsum("be,bke->bk", text, F.normalize(hard_images, dim=-1))     # (B, K)
+        if hard_images_valid is not None:
+            near = near.masked_fill(~hard_images_valid, float("-inf"))
+        per_text = torch.cat([per_text, near], dim=1)                                         # (B, B + K)
     target = torch.arange(B, device=image.device)
     loss = 0.5 * (F.cross_entropy(per_image, target) + F.cross_entropy(per_text, target))
     with torch.no_grad():

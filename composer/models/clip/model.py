@@ -56,6 +56,7 @@ __all__ = [
     "build_clip",
     "build_codebook_clip",
     "build_il_clip",
+    "build_negclip",
     "checkpoint_extras",
     "clip_config",
 ]
@@ -63,7 +64,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # how a ClipModel was trained (its registry names): the model is the same, with or without the codebook
-KINDS = ("clip", "codebook_clip", "il_clip")
+KINDS = ("clip", "codebook_clip", "il_clip", "negclip")
 
 
 @dataclass
@@ -326,7 +327,7 @@ class ClipModel(PretrainedModel, nn.Module):
     interface); :meth:`encode_images` / :meth:`encode_texts` give unit embeddings for one matrix
     product over all pairs (what a dual encoder is for).
 
-    ``kind`` records how it was trained (``"clip"``, ``"codebook_clip"``, ``"il_clip"``; None = not said):
+    ``kind`` records how it was trained (``"clip"``, ``"codebook_clip"``, ``"il_clip"``, ``"negclip"``; None = not said):
     IL-CLIP's model is codebook-CLIP's (or CLIP's, without the codebook), so only the training tells
     them apart. ``save_pretrained`` writes it and ``use_codebook`` beside the config (:mod:`composer.models.common.pretrained`).
     """
@@ -336,10 +337,11 @@ class ClipModel(PretrainedModel, nn.Module):
     extra_keys = ("use_codebook", "kind")
 
     def __init__(self, cfg: ClipConfig, *, use_codebook: bool, seed: int = 0, kind: str | None = None):
-        if kind is not None and (kind not in KINDS or (kind == "clip" and use_codebook)
+        if kind is not None and (kind not in KINDS or (kind in ("clip", "negclip") and use_codebook)
                                  or (kind == "codebook_clip" and not use_codebook)):
             raise ValueError(f"ClipModel kind={kind!r} with use_codebook={use_codebook}: kind is one of {KINDS} "
-                             f"(or None); 'clip' has no codebook, 'codebook_clip' has one, 'il_clip' either")
+                             f"(or None); 'clip' has no codebook (nor has 'negclip'), 'codebook_clip' has one, "
+                             f"'il_clip' either")
         super().__init__()
         self.config = cfg
         self.use_codebook = use_codebook
@@ -480,6 +482,11 @@ def build_codebook_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: 
 def build_il_clip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
     """IL-CLIP's model: codebook-CLIP's (its Table 4 ablation without a codebook is ``build_clip``'s)."""
     return ClipModel(cfg, use_codebook=True, seed=seed, kind="il_clip")
+
+
+def build_negclip(cfg: ClipConfig, *, load_pretrained: bool = True, seed: int = 0) -> ClipModel:
+    """NegCLIP's model: CLIP's (only its training differs: word-swap and pool-neighbour negatives)."""
+    return ClipModel(cfg, use_codebook=False, seed=seed, kind="negclip")
 
 
 def checkpoint_extras(hparams: dict[str, Any], weights: dict[str, torch.Tensor]) -> dict[str, Any]:

@@ -9,7 +9,14 @@ used: every other caption and image of the batch is a negative, as in CLIP):
 * ``il_clip`` -- codebook-CLIP with iterated learning (§3.3): the phase of each step is a pure
   function of the global step (:meth:`composer.models.clip.iterated_learning.ILConfig.phase_at`); at the first
   step of each generation the language agent is re-initialised (its AdamW moments cleared), the old
-  one kept as a frozen teacher for the distillation phase, then dropped.
+  one kept as a frozen teacher for the distillation phase, then dropped;
+* ``negclip`` -- CLIP trained with NegCLIP's two negatives (``ILConfig.negclip``, on for this kind): a
+  word-swap negative per caption and each caption's nearest images from a running pool of recent image
+  embeddings (:class:`composer.models.clip.negatives.ImagePool`). ``il_clip`` with ``negclip`` is the
+  paper's IL-NegCLIP (Table 8).
+
+Structural negatives (a recipe option, :class:`composer.training.data.StructuralNegativeConfig`): the
+batch's verified-false captions of a positive's own image are extra text columns of that image only.
 
 Optimiser and schedule come from :class:`composer.models.clip.iterated_learning.ILConfig` (Table 5: AdamW 5e-4,
 weight decay 0.1, betas (0.9, 0.98), cosine with a warm-up per generation) for all three kinds; of
@@ -26,13 +33,14 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
 from torch import nn
 
 from composer.models.clip.model import KINDS, ClipConfig, ClipModel, agent_generator
+from composer.models.clip.negatives import ImagePool
 from composer.models.clip.iterated_learning import (
     ILConfig,
     ILPhase,
@@ -92,8 +100,12 @@ class ClipModule(RetrievalModule):
         if kind == "il_clip" and not use_codebook and il.distill_target == "codes":
             raise ValueError("ILConfig.distill_target='codes' needs the codebook; with use_codebook=False "
                              "use distill_target='embedding'")
+        if kind == "negclip" and not il.negclip:  # the kind is NegCLIP's training: its negatives are on
+            il = replace(il, negclip=True)
         super().__init__(optim, eval_max_pairs=eval_max_pairs, seed=seed)
         self.kind, self.model_cfg, self.il = kind, model_cfg, il
+        # NegCLIP's running pool of recent image representations (saved in checkpoints: exact resume)
+        self.image_pool = ImagePool(il.image_pool_size) if il.pool_negatives else None
         self.model = ClipModel(model_cfg, use_codebook=use_codebook, seed=seed)
         self.tokenizer = self.model.tokenizer
         self._teacher: _Teacher | None = None
@@ -150,7 +162,7 @@ class ClipModule(RetrievalModule):
         """The loss of one step in ``phase`` (no side effects: spawning is :meth:`spawn_generation`)."""
         zero = self.model.logit_scale.new_zeros(())
         if phase.phase != "distill":
-            out = self.contrastive(self.model, batch, step)
+            out = self.contrastive(self.model, batch, step, pool=self.image_pool)
             return StepLoss(out.loss, out.loss, zero, out.image_to_text, out.text_to_image)
         t = self._teacher
         if t is None or t.generation != phase.generation:
@@ -173,35 +185,55 @@ class ClipModule(RetrievalModule):
         total = distill
         i2t = t2i = contrastive = zero
         if self.il.distill_contrastive_weight > 0:
-            out = self.contrastive(self.model, batch, step, frozen_codebook=frozen)
+            out = self.contrastive(self.model, batch, step, frozen_codebook=frozen, pool=self.image_pool)
             total = total + self.il.distill_contrastive_weight * out.loss
             contrastive, i2t, t2i = out.loss, out.image_to_text, out.text_to_image
         return StepLoss(total, contrastive, distill, i2t, t2i)
 
-    def contrastive(self, model: ClipModel, batch, step: int, *, frozen_codebook: bool = False):
-        """CLIP's InfoNCE over the batch's B positive pairs (+ NegCLIP swaps when configured)."""
+    def contrastive(self, model: ClipModel, batch, step: int, *, frozen_codebook: bool = False,
+                    pool: ImagePool | None = None, hard_negatives: bool = True):
+        """CLIP's InfoNCE over the batch's B positive pairs (+ NegCLIP's word swaps when configured, + the
+        nearest images of ``pool``, which then takes this batch's images, + the batch's structural negatives;
+        ``hard_negatives=False``: none of them, plain CLIP)."""
         pos_image, pos_caption = batch.pair_image[:, 0].long(), batch.pair_caption[:, 0].long()   # (B,), (B,)
         images, image_slot = torch.unique(pos_image, return_inverse=True)
         device = model.logit_scale.device
         images = images.to(batch.regions.device)
         img, _ = model.image_features(batch.regions[images], batch.geometry[images], batch.region_mask[images],
                                       frozen_codebook=frozen_codebook)                              # (U, E)
+        B = pos_caption.shape[0]
         sentences = _sentences(batch, pos_caption.tolist())
         hard, hard_valid = None, None
-        if self.il.text_hard_negatives:
-            rng = np.random.default_rng([self.seed, step, 11])
-            swapped = [swap_two_words(s, _primitive_words(batch, c), rng)
-                       for s, c in zip(sentences, pos_caption.tolist())]
+        if self.il.text_swaps and hard_negatives:
+            swapped = negclip_text_swaps(batch, pos_caption.tolist(), pos_image.tolist(),
+                                         np.random.default_rng([self.seed, step, 11]))
             hard_valid = torch.tensor([s is not None for s in swapped], device=device)
             sentences = sentences + [s if s is not None else "" for s in swapped]
-        txt, _ = model.text_features(*model.tokenize(sentences), frozen_codebook=frozen_codebook)  # (B [+ B], E)
-        B = pos_caption.shape[0]
+        own_hard, own_valid = None, None
+        S = getattr(batch, "structural_negatives", 0) if hard_negatives else 0
+        if S:  # the last S caption-negative columns: verified false of the row's own image
+            kc = batch.num_caption_negatives
+            structural = batch.pair_caption[:, 1 + kc - S:1 + kc].long()                             # (B, S)
+            own_valid = batch.structural_valid.to(device)                                            # (B, S)
+            sentences = sentences + _sentences(batch, structural.reshape(-1).tolist())
+        txt, _ = model.text_features(*model.tokenize(sentences), frozen_codebook=frozen_codebook)  # (B [+ B] [+ BS], E)
+        if S:
+            txt, own_hard = txt[:-B * S], txt[-B * S:].view(B, S, -1)                              # (B, S, E)
         if hard_valid is not None:
             txt, hard = txt[:B], txt[B:]
         slot = image_slot.to(device)
         same_image = slot[:, None] == slot[None, :]                                                 # (B, B)
+        near = near_valid = None
+        if pool is not None and self.il.pool_negatives:
+            ids = _image_ids(batch)
+            unique_ids = [ids[i] for i in images.tolist()]
+            query_ids = [unique_ids[u] for u in image_slot.tolist()]
+            found = pool.neighbours(img[slot].detach(), query_ids, self.il.pool_negatives, exclude=unique_ids)
+            near, near_valid = found.embeddings.to(img.dtype), found.valid                          # (B, k, E), (B, k)
+            pool.push(img.detach(), unique_ids)
         return clip_contrastive_loss(img[slot], txt, model.scale(), same_image=same_image, hard_text=hard,
-                                     hard_valid=hard_valid)
+                                     hard_valid=hard_valid, hard_images=near, hard_images_valid=near_valid,
+                                     own_hard_text=own_hard, own_hard_valid=own_valid)
 
     # ------------------------------------------------------------------ Lightning hooks
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
@@ -230,6 +262,8 @@ class ClipModule(RetrievalModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
+        if self.image_pool is not None:
+            checkpoint["negclip_image_pool"] = self.image_pool.state_dict()
         t = self._teacher
         nxt = int(self.global_step)  # the step a resumed run starts with
         if self.iterated and t is not None and self.il.phase_at(nxt).phase == "distill" \
@@ -239,6 +273,8 @@ class ClipModule(RetrievalModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
+        if self.image_pool is not None and "negclip_image_pool" in checkpoint:
+            self.image_pool.load_state_dict(checkpoint["negclip_image_pool"])
         saved = checkpoint.get("il_teacher")
         self._teacher = None
         if saved is not None:
@@ -265,7 +301,8 @@ class ClipModule(RetrievalModule):
     # ------------------------------------------------------------------ §4.4: easy to learn
     def easy_to_learn_probe(self, batches, *, steps: int, lr: float | None = None, seed: int = 0) -> ProbeCurve:
         """Train a new language agent against this model's frozen vision agent (and codebook, and
-        temperature) with the contrastive loss; return its in-batch accuracy at each step (Figure 4).
+        temperature) with plain CLIP's contrastive loss (no NegCLIP or structural negatives, whatever
+        the model trained with); return its in-batch accuracy at each step (Figure 4).
 
         The new agent's initial weights depend on ``seed`` only, so probes of different models start
         from the same agent, as in the paper. The module itself is not changed.
@@ -284,7 +321,8 @@ class ClipModule(RetrievalModule):
         curve = ProbeCurve()
         device = model.logit_scale.device
         for _, batch in zip(range(steps), batches):
-            out = self.contrastive(model, batch.to(device), 0, frozen_codebook=True)
+            # plain CLIP for every model: the probe compares vision agents, not training losses
+            out = self.contrastive(model, batch.to(device), 0, frozen_codebook=True, hard_negatives=False)
             curve.accuracy.append(float(out.image_to_text))
             curve.text_to_image.append(float(out.text_to_image))
             curve.loss.append(out.loss.item())
@@ -308,6 +346,34 @@ def _sentences(batch, captions) -> list[str]:
     """The sentences (program roots) of caption slots ``captions`` of the batch."""
     progs = batch.programs.programs
     return [progs[c].texts[progs[c].root] for c in captions]
+
+
+def negclip_text_swaps(batch, captions: list[int], images: list[int], rng: np.random.Generator) -> list[str | None]:
+    """NegCLIP's text negative of each positive (caption slot, image slot): two of its words swapped
+    (:func:`swap_two_words`). A swap that reads as any caption of the same image in the batch (case and
+    spacing aside) is no negative (None), and neither is the positive itself (a swap always changes a word)."""
+    by_image: dict[int, set[str]] = {}
+    for c, i in zip(batch.pair_caption[:, 0].tolist(), batch.pair_image[:, 0].tolist()):
+        by_image.setdefault(int(i), set()).add(_norm(_sentences(batch, [c])[0]))
+    out = []
+    for c, i, s in zip(captions, images, _sentences(batch, captions)):
+        swapped = swap_two_words(s, _primitive_words(batch, c), rng)
+        out.append(None if swapped is None or _norm(swapped) in by_image.get(int(i), {_norm(s)}) | {_norm(s)}
+                   else swapped)
+    return out
+
+
+def _norm(sentence: str) -> str:
+    return " ".join(sentence.lower().replace(".", " ").replace(",", " ").split())
+
+
+def _image_ids(batch) -> list[str]:
+    """The batch's image ids (row order of its regions): NegCLIP's pool knows images by id."""
+    ids = getattr(batch, "image_ids", None)
+    if ids is None:
+        raise ValueError("NegCLIP's image pool needs the batch's image ids (TrainBatch.image_ids, set by "
+                         "CompositionDataModule.collate_train)")
+    return list(ids)
 
 
 def _primitive_words(batch, caption: int) -> list[str]:

@@ -131,7 +131,8 @@ def vse_config(preset: str = "offline", **overrides: Any) -> VSEConfig:
 
 
 def vse_hinge_loss(scores: torch.Tensor, target: torch.Tensor, *, margin: float = 0.2,
-                   negatives: str = "sum") -> torch.Tensor:
+                   negatives: str = "sum", own_negatives: torch.Tensor | None = None,
+                   own_valid: torch.Tensor | None = None) -> torch.Tensor:
     """Bidirectional triplet hinge over in-batch negatives, averaged over the C positive pairs.
 
     For caption c and its image t = target[c]:
@@ -142,6 +143,8 @@ def vse_hinge_loss(scores: torch.Tensor, target: torch.Tensor, *, margin: float 
     Args:
         scores: (C, I) similarity of every caption with every candidate image.
         target: (C,) long, the column of each caption's own image.
+        own_negatives: (C, S) scores of extra captions on caption c's own image (structural negatives: false of
+            that image), costed like the other captions; own_valid: (C, S) bool, False = no such caption (ignored).
 
     >>> s = torch.tensor([[0.5, 0.4, 0.45], [0.1, 0.9, 0.8]])  # 2 captions x 3 images
     >>> round(vse_hinge_loss(s, torch.tensor([0, 1])).item(), 4)  # ((0.1 + 0.15) + (0.1)) / 2
@@ -162,6 +165,10 @@ def vse_hinge_loss(scores: torch.Tensor, target: torch.Tensor, *, margin: float 
     img_cost = F.relu(margin - positive + scores) * not_own_image                    # (C, I): other images
     on_own = scores[:, target].T                                                      # (C, C') s(c', t_c)
     cap_cost = F.relu(margin - positive + on_own) * not_same_image                   # (C, C'): other captions
+    if own_negatives is not None and own_negatives.shape[1]:
+        valid = torch.ones_like(own_negatives, dtype=torch.bool) if own_valid is None else own_valid
+        own_cost = F.relu(margin - positive + own_negatives) * valid                  # (C, S)
+        cap_cost = torch.cat([cap_cost, own_cost], dim=1)                             # (C, C' + S)
     if negatives == "sum":
         per_pair = img_cost.sum(1) + cap_cost.sum(1)                                  # (C,)
     else:  # costs are >= 0, so a row with no negative gives 0

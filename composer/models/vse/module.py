@@ -3,7 +3,8 @@
 (:class:`composer.models.common.retrieval_module.RetrievalModule`): trained with the triplet hinge over the
 batch's B positive pairs (column 0 of ``pair_image`` / ``pair_caption``): every other image of the batch is
 a negative for a caption, every caption of another image a negative for an image. The sampled negatives of
-columns 1.. are not used by the loss; they give ``train/match_acc``, the same (1 + K)-way accuracy the
+columns 1.. are not used by the loss, except structural negatives (a recipe option: captions verified false of
+the row's image, extra caption negatives of that image); they give ``train/match_acc``, the same (1 + K)-way accuracy the
 cross-modal models log.
 """
 
@@ -35,8 +36,15 @@ class VSEModule(RetrievalModule):
         y = self.model.encode_programs(batch.programs)                                   # (C, E)
         candidates, target = torch.unique(batch.pair_image[:, 0], return_inverse=True)  # (U,), (B,)
         scores = y[batch.pair_caption[:, 0]] @ x[candidates].T                            # (B, U)
+        own = own_valid = None
+        S = batch.structural_negatives
+        if S:  # the last S caption-negative columns: captions verified false of the row's own image
+            kc = batch.num_caption_negatives
+            own = (y[batch.pair_caption[:, 1 + kc - S:1 + kc]]
+                   * x[batch.pair_image[:, 0]][:, None]).sum(-1)                           # (B, S)
+            own_valid = batch.structural_valid
         loss = vse_hinge_loss(scores, target, margin=self.model_cfg.loss.margin,
-                              negatives=self.model_cfg.loss.negatives)
+                              negatives=self.model_cfg.loss.negatives, own_negatives=own, own_valid=own_valid)
         self.mark_trained(batch_idx)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite VSE loss at step {self.global_step}: {loss.item()}")
