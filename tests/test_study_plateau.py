@@ -106,6 +106,7 @@ def test_every_run_trains_to_its_plateau_and_a_killed_run_resumes_its_curve(worl
     assert resumed["steps"] == whole["steps"] and resumed["plateau"]["stopped"] == whole["plateau"]["stopped"]
 
 
+@pytest.mark.slow  # six Ray Tune trials, each its own process: minutes on 2 cores
 def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
     import ray
 
