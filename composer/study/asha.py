@@ -57,15 +57,21 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
     if plateau is None or plateau.asha_grace_positives is None:
         raise ValueError(f"profile {profile.name!r} has no ASHA settings (StudyPlateau.asha_grace_positives)")
     out = Path(out).resolve()
-    cpus, gpus = ray_resources(options)
+    ray_resources(options)  # Ray started (or joined) as the study's runs find it
+    import ray
+
+    total_cpus, total_gpus = ray.cluster_resources().get("CPU", 1), ray.cluster_resources().get("GPU", 0)
     status = read_asha_status(out)
     for model in dict.fromkeys(p.model for p in points):
         pts = {p.name: p for p in points if p.model == model}
         storage = out / "tune"
         trainable = tune.with_resources(
             tune.with_parameters(_trial, points=pts, profile=profile, data=data, out=str(out), options=options,
-                                 threads=cpus),
-            {"cpu": cpus, "gpu": gpus})
+                                 threads=max(1, int(total_cpus // len(pts)))),
+            # all of a model's configurations at once, each a share of the machine: asynchronous ASHA lets
+            # the first trial to reach a cut through it, so with two at a time the first two would pass
+            # every cut; trials that reach a cut together are compared with each other
+            {"cpu": min(1.0, total_cpus / len(pts)), "gpu": min(1.0, total_gpus / len(pts))})
         if tune.Tuner.can_restore(storage / model):  # a killed search: ASHA's state and the unfinished trials
             tuner = tune.Tuner.restore(str(storage / model), trainable, resume_unfinished=True,
                                        restart_errored=True)
@@ -76,7 +82,7 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
                                       grace_period=plateau.asha_grace_positives,
                                       reduction_factor=plateau.asha_reduction)
             tuner = tune.Tuner(trainable, param_space={"point": tune.grid_search(list(pts))},
-                               tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=options.jobs),
+                               tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=len(pts)),
                                run_config=tune.RunConfig(name=model, storage_path=str(storage), verbose=0))
         logger.info("recipe search (ASHA) of %s: %d configurations", model, len(pts))
         grid = tuner.fit()
