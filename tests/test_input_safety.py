@@ -480,3 +480,16 @@ def test_gc_hard_negatives_refuses_an_out_holding_its_own_input(tmp_path):
         main(["--captions", str(out / "negatives.jsonl"), "--out", str(out), "--overwrite", "--split", "test",
               "--no-refine"])
     assert (out / "negatives.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("flag", ["--train", "--candidates", "--train-graph", "--candidate-graph"])
+def test_make_mcd_split_names_a_missing_input_before_it_makes_the_output_folder(tmp_path, flag):
+    from crg.cli.make_mcd_split import main
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"image_id": "a", "caption": "a dog"}\n')
+    args = {"--train": str(corpus), flag: str(tmp_path / "missing")}
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as err:
+        main([*(x for kv in args.items() for x in kv), "--out", str(out)])
+    assert err.value.code == 2 and not out.exists()

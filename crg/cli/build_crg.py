@@ -54,7 +54,7 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--cache", default=None,
                     help=f"parse cache file (default: {default_cache_path()}; env GC_CACHE_DIR moves it)")
     ap.add_argument("--no-cache", action="store_true", help="parse everything, cache nothing")
-    ap.add_argument("--workers", type=int, default=None,
+    ap.add_argument("--workers", type=positive_int, default=None,
                     help="parser processes (default: all cores when more than 20,000 captions need parsing); "
                          "--engine ray: parser actors (default: every CPU of the Ray cluster)")
     ap.add_argument("--engine", choices=("single", "ray"), default="single",
@@ -63,7 +63,7 @@ def build_argparser(named_datasets: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--address", default=None,
                     help="--engine ray: join the Ray cluster at auto or HOST:PORT (default: start a local Ray on "
                          "this machine's cores)")
-    ap.add_argument("--shards", type=int, default=None,
+    ap.add_argument("--shards", type=positive_int, default=None,
                     help="--engine ray: cut the corpus into N shards (default: about 1,000 captions each)")
     ap.add_argument("--merge", choices=("driver", "partitioned"), default="driver",
                     help="--engine ray: driver (default) merges the shards in the driver and saves graph.npz; "

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Callable
 
 from crg.compounds import COMPOUND_DEFINITIONS, TEMPLATE
@@ -154,6 +155,10 @@ def main(argv: list[str] | None = None, *, resolve_dataset: Callable | None = No
         ap.error("give --train PATH or --data NAME")
     if args.parser is None and args.parser_model is not None and not args.data:
         ap.error("--parser-model needs --parser")
+    for flag, path in (("--train", args.train), ("--candidates", args.candidates), ("--train-graph", args.train_graph),
+                       ("--candidate-graph", args.candidate_graph)):
+        if path is not None and not Path(path).exists():  # before the output folder is made
+            ap.error(f"{flag} {path}: no such file or folder")
     corpora = MCDCorpora(args.train, _splits(args.train_split), args.train_format, args.candidates,
                          _splits(args.candidate_splits), args.candidate_format)
     graphs = GraphOptions(parser_name=parser_name, parser_model=parser_model, max_words=args.max_words,
