@@ -273,6 +273,30 @@ def _read_karpathy(path: Path) -> list[ImageRecord]:
     return images
 
 
+def tsv_columns(path, lineno: int, line: str) -> list[str]:
+    """A TSV line's columns: ``image_id<TAB>caption[<TAB>split]``, else an error naming the line."""
+    cols = line.split("\t")
+    if len(cols) not in (2, 3):
+        raise CorpusFormatError(f"{path}:{lineno}: expected 'image_id<TAB>caption[<TAB>split]', "
+                                f"got {len(cols)} column(s): {line[:120]!r}")
+    return cols
+
+
+def tsv_fields(path, lineno: int, line: str, cols: list[str], width: int, first: int) -> tuple | None:
+    """``(image_id, caption, split)`` of a TSV line whose file's first line (``first``) has ``width``
+    columns; None for that first line when it is a header. Shared by :func:`read_corpus` and the Ray
+    engine's byte-range readers (:mod:`crg.corpus_ranges`), so both refuse the same lines alike."""
+    if len(cols) != width:
+        raise CorpusFormatError(f"{path}:{lineno}: {len(cols)} tab-separated columns where line {first} has "
+                                f"{width} (a caption holding a tab?): {line[:120]!r}")
+    if lineno == first and cols[0].strip().lower() in ("image_id", "image", "id"):
+        return None
+    if len(cols) == 3 and len(cols[2].split()) > 1:
+        raise CorpusFormatError(f"{path}:{lineno}: the split column is {cols[2][:60]!r}, several words "
+                                f"(a caption holding a tab?); a split is one word such as train")
+    return cols[0].strip(), cols[1], cols[2].strip() if len(cols) == 3 else None
+
+
 def _read_tsv(path: Path) -> list[ImageRecord]:
     """Every line has the columns of the file's first (header or record) line: a caption holding a tab
     would otherwise be cut there and its rest taken for the split."""
@@ -283,22 +307,13 @@ def _read_tsv(path: Path) -> list[ImageRecord]:
             line = line.rstrip("\n").rstrip("\r")
             if not line.strip():
                 continue
-            cols = line.split("\t")
-            if len(cols) not in (2, 3):
-                raise CorpusFormatError(f"{path}:{lineno}: expected 'image_id<TAB>caption[<TAB>split]', "
-                                        f"got {len(cols)} column(s): {line[:120]!r}")
+            cols = tsv_columns(path, lineno, line)
             if width is None:
                 width, first = len(cols), lineno
-            elif len(cols) != width:
-                raise CorpusFormatError(f"{path}:{lineno}: {len(cols)} tab-separated columns where line {first} has "
-                                        f"{width} (a caption holding a tab?): {line[:120]!r}")
-            if lineno == first and cols[0].strip().lower() in ("image_id", "image", "id"):
+            fields = tsv_fields(path, lineno, line, cols, width, first)
+            if fields is None:
                 continue
-            if len(cols) == 3 and len(cols[2].split()) > 1:
-                raise CorpusFormatError(f"{path}:{lineno}: the split column is {cols[2][:60]!r}, several words "
-                                        f"(a caption holding a tab?); a split is one word such as train")
-            image_id, caption = cols[0].strip(), cols[1]
-            split = cols[2].strip() if len(cols) == 3 else None
+            image_id, caption, split = fields
             rec = by_id.get(image_id)
             if rec is None:
                 rec = by_id[image_id] = ImageRecord(image_id, split, [], {"image_id": image_id, "split": split})

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crg.corpus import CorpusFormatError, ImageRecord, jsonl_record
+from crg.corpus import CorpusFormatError, ImageRecord, jsonl_record, tsv_columns, tsv_fields
 
 __all__ = ["ByteRange", "RangeImages", "plan_byte_ranges", "read_byte_range", "estimate_captions",
            "check_range_corpus"]
@@ -212,20 +212,10 @@ def _read_tsv_range(rng: ByteRange, text: str, splits: set[str] | None) -> Range
         line = line.rstrip("\r")
         if not line.strip():
             continue
-        cols = line.split("\t")
-        if len(cols) not in (2, 3):
-            raise CorpusFormatError(f"{path}:{lineno}: expected 'image_id<TAB>caption[<TAB>split]', "
-                                    f"got {len(cols)} column(s): {line[:120]!r}")
-        if len(cols) != width:
-            raise CorpusFormatError(f"{path}:{lineno}: {len(cols)} tab-separated columns where line {first} has "
-                                    f"{width} (a caption holding a tab?): {line[:120]!r}")
-        if lineno == first and cols[0].strip().lower() in ("image_id", "image", "id"):
+        fields = tsv_fields(path, lineno, line, tsv_columns(path, lineno, line), width, first)
+        if fields is None:
             continue
-        if len(cols) == 3 and len(cols[2].split()) > 1:
-            raise CorpusFormatError(f"{path}:{lineno}: the split column is {cols[2][:60]!r}, several words "
-                                    f"(a caption holding a tab?); a split is one word such as train")
-        image_id, caption = cols[0].strip(), cols[1]
-        split = cols[2].strip() if len(cols) == 3 else None
+        image_id, caption, split = fields
         if images and images[-1].image_id == image_id:
             rec = images[-1]
             if split is not None and rec.split != split:
