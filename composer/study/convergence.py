@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from composer.training.curve import LearningCurve, last_quarter_gain
+from composer.training.curve import LearningCurve
 
 __all__ = ["CURVES_PLOT", "FLAT_GAIN", "plateau_rows", "plot_main_curves", "reached_plateau", "render_plateau_table"]
 
@@ -37,8 +37,7 @@ def plateau_rows(found: Mapping) -> list[dict]:
             p = r.get("plateau")
             if not p:
                 continue
-            curve = LearningCurve.from_dict({"points": r.get("curve", [])})
-            gain = last_quarter_gain(curve)
+            gain = p.get("last_quarter_gain")  # train()'s report, from the same curve
             best = p.get("best") or {}
             rows.append({"run": name, "label": entry["label"], "seed": int(seed), "stopped": p["stopped"],
                          "positives": p["positives"], "best_positives": best.get("positives"),
