@@ -17,10 +17,10 @@ b. ``scoring``: 1,000 images x 5,000 captions on random features (``paper`` size
    ``score_all`` (through ``score_matrix``) and a dual encoder (VSE, the ``offline`` sizes, random
    weights). COMPOSER scores image blocks until its budget is spent; the 1K x 5K time is then the
    measured pairs per second scaled (``extrapolated`` says so).
-c. ``plateau``: COMPOSER and VSE at seed 0 on a larger world (``--world-images``) with GPU-sized batches,
-   trained to the plateau -- validation every ``--val-every-positives``, ``--patience``, a budget of
-   ``--max-positives`` -- and a wall-clock budget per model. Not the converge profile (which does not
-   exist yet): the settings are named ``gpu_check_plateau`` in the JSON.
+c. ``plateau``: COMPOSER and VSE at seed 0 with the ``converge`` study profile's settings (its 15,000-image
+   world, five times the README job's; its budget of 160,000 positives, validation cadence, patience,
+   minimum and schedule shape; :func:`converge_at`) at a GPU-sized batch (``--batch-size``, 256) and a
+   wall-clock budget per model.
 
 The JSON (``OUT/gpu_check.json``) holds the device name (``torch.cuda.get_device_name()``), torch's
 version, every timing and peak memory; a short summary is printed.
@@ -75,15 +75,17 @@ class CheckConfig:
     dual_preset: str = "offline"
     budget_score: float = 75.0
     # c. training to the plateau
+    # (the converge study profile's settings at a GPU-sized batch; None = the profile's)
     world_images: int = 15000
-    train_preset: str = "small-minilm"
+    train_preset: str | None = None
     batch_size: int = 256
-    val_every_positives: int = 25600
-    patience: int = 3
-    max_positives: int = 1_280_000
-    eval_images: int = 250
-    num_workers: int = 4
-    budget_train: dict[str, float] = field(default_factory=lambda: {"composer": 120.0, "vse": 60.0})
+    val_images: int | None = None
+    val_every_positives: int | None = None
+    min_positives: int | None = None
+    max_positives: int = 160_000
+    eval_images: int = 100
+    num_workers: int = 6
+    budget_train: dict[str, float] = field(default_factory=lambda: {"composer": 150.0, "vse": 60.0})
     models: tuple[str, ...] = ("composer", "vse")
 
 
@@ -96,7 +98,7 @@ def tiny_defaults() -> CheckConfig:
     return CheckConfig(device="cpu", step_preset="tiny", step_positives=4, step_regions=7, step_repeats=2,
                        budget_step=30, score_images=4, score_captions=12, score_regions=7, score_block=2,
                        score_max_pairs=64, dual_preset="tiny", budget_score=20, world_images=60, train_preset="tiny",
-                       batch_size=4, val_every_positives=8, patience=2, max_positives=16, eval_images=4,
+                       batch_size=4, val_images=4, val_every_positives=8, min_positives=8, max_positives=24, eval_images=4,
                        num_workers=0, budget_train={"composer": 60.0, "vse": 60.0})
 
 
@@ -352,30 +354,48 @@ def _time_budget_callback(seconds: float):
     return TimeBudget()
 
 
+def converge_at(cfg: CheckConfig):
+    """The ``converge`` study profile (composer/study/config.py) at a GPU-sized batch: the same budget of
+    positives, validation cadence, patience, minimum and schedule shape, in ``max_positives / batch`` steps."""
+    from composer.study.config import get_profile
+
+    profile = get_profile("converge")
+    steps = math.ceil(cfg.max_positives / cfg.batch_size)
+    schedules = {k: replace(v, steps=steps, batch_size=cfg.batch_size) for k, v in profile.schedules.items()}
+    plateau = replace(profile.plateau, max_positives=cfg.max_positives, asha_grace_positives=None,  # no search here
+                      **({} if cfg.val_every_positives is None else {"val_every_positives": cfg.val_every_positives}),
+                      **({} if cfg.min_positives is None else {"min_positives": cfg.min_positives}),
+                      **({} if cfg.val_images is None else {"val_images": cfg.val_images}))
+    presets = profile.presets if cfg.train_preset is None else {m: cfg.train_preset for m in profile.presets}
+    return replace(profile, world_images=cfg.world_images, eval_images=cfg.eval_images, num_workers=cfg.num_workers,
+                   schedules=schedules, plateau=plateau, presets=presets, runs=("composer", "vse"))
+
+
 def phase_plateau(cfg: CheckConfig, model: str, out: Path) -> dict:
+    from composer.study.config import StudyRun
+    from composer.study.execute import run_recipe, study_schedule
     from composer.training.fit import TrainerOptions, train
-    from composer.training.recipes import RecipeOverrides, named_recipe
 
     clock = Clock(cfg.budget_train[model])
-    recipe = named_recipe(model, "world", RecipeOverrides(
-        preset=cfg.train_preset, batch_size=cfg.batch_size, world_images=cfg.world_images, eval_images=cfg.eval_images,
-        num_workers=cfg.num_workers, seed=0, val_every_positives=cfg.val_every_positives, patience=cfg.patience,
-        max_positives=cfg.max_positives))
+    profile = converge_at(cfg)
+    run = StudyRun(name=model, model=model, label=model)
+    recipe = run_recipe(run, 0, profile)
     budget = _time_budget_callback(cfg.budget_train[model])
     options = TrainerOptions(accelerator="gpu" if cfg.device.startswith("cuda") else "cpu", devices=1,
                              progress=False, test=False, mode="overwrite")
     reset_peak(cfg.device)
-    results = train(recipe, options, out / f"plateau_{model}", callbacks=[budget])
+    results = train(recipe, options, out / f"plateau_{model}", callbacks=[budget],
+                    fit_schedule=study_schedule(run, profile))
     plateau = results.get("plateau") or {}
     curve = [(p["positives"], p["metrics"].get("R@1")) for p in results.get("curve") or []]
-    return {"settings": "gpu_check_plateau", "preset": cfg.train_preset, "batch_size": cfg.batch_size,
-            "world_images": cfg.world_images, "eval_images": cfg.eval_images,
-            "val_every_positives": cfg.val_every_positives, "patience": cfg.patience,
-            "max_positives": cfg.max_positives, "budget_seconds": cfg.budget_train[model],
-            "time_budget_hit": budget.hit, "stopped": plateau.get("stopped"), "steps": plateau.get("steps"),
-            "positives": plateau.get("positives"), "best": plateau.get("best"),
-            "last_quarter_gain": plateau.get("last_quarter_gain"), "train_seconds": results.get("train_seconds"),
-            "curve": curve, "peak_memory_gib": peak_gib(cfg.device), "seconds": clock.elapsed()}
+    return {"settings": "converge", "preset": recipe.preset,
+            "batch_size": recipe.data.batch_size, "lr": recipe.optim.lr, "world_images": cfg.world_images,
+            "eval_images": cfg.eval_images, "plateau_settings": asdict(profile.plateau),
+            "budget_seconds": cfg.budget_train[model], "time_budget_hit": budget.hit,
+            "stopped": plateau.get("stopped"), "steps": plateau.get("steps"), "positives": plateau.get("positives"),
+            "best": plateau.get("best"), "last_quarter_gain": plateau.get("last_quarter_gain"),
+            "train_seconds": results.get("train_seconds"), "curve": curve, "peak_memory_gib": peak_gib(cfg.device),
+            "seconds": clock.elapsed()}
 
 
 # ---------------------------------------------------------------------------- the run

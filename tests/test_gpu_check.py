@@ -73,7 +73,7 @@ def test_tiny_runs_every_phase_into_one_json(carried, tmp_path):
     assert score["vse"]["seconds"] > 0 and score["captions"] == report["config"]["score_captions"]
     for model in ("composer", "vse"):
         r = report[f"plateau_{model}"]
-        assert r["settings"] == "gpu_check_plateau" and r["stopped"] in ("patience", "max_positives")
+        assert r["settings"] == "converge" and r["stopped"] in ("patience", "max_positives")
         assert r["curve"] and r["curve"][-1][0] == r["positives"] <= report["config"]["max_positives"]
         assert r["best"]["val"]["R@1"] == max(v for _, v in r["curve"])
     assert "[paper_step]" in run.stdout and "total" in run.stdout

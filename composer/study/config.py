@@ -385,12 +385,14 @@ class StudyProfile:
 
     def _check_budget(self) -> None:
         """Under a plateau every model's schedule spans the same budget of positives (one comparison): its
-        steps are the budget's at its (explicit) batch size, ``ceil(max_positives / batch)``."""
+        steps are the budget's at its (explicit) batch size, ``ceil(max_positives / batch)``; IL's step
+        schedule where the profile runs the CLIP family."""
         budget = self.plateau.max_positives
         spans = {f"schedules[{k!r}]": (s.steps, s.batch_size) for k, s in self.schedules.items()}
         il = self.il
-        spans["il"] = (il["t_warm"] + il["generations"] * (il["t_distill"] + il["t_interact"]) + il["t_extend"],
-                       self.clip_batch_size)
+        if any(registry.get(_BY_NAME[r].model).step_schedule is not None for r in self.runs):  # the CLIP family
+            spans["il"] = (il["t_warm"] + il["generations"] * (il["t_distill"] + il["t_interact"]) + il["t_extend"],
+                           self.clip_batch_size)
         wrong = {k: v for k, v in spans.items() if None in v or v[0] != math.ceil(budget / v[1])}
         if wrong:
             raise ValueError(f"profile {self.name!r}: under a plateau every schedule must span max_positives "
