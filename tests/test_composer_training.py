@@ -168,3 +168,30 @@ def test_cpu_runs_use_deterministic_algorithms_unless_told():
     ap = build_argparser()
     assert ap.parse_args(["--out", "o"]).deterministic is None
     assert ap.parse_args(["--out", "o", "--no-deterministic"]).deterministic is False
+
+
+class _OptimizerKind(L.Callback):
+    def on_train_start(self, trainer, pl_module):
+        self.fused = bool(trainer.optimizers[0].defaults.get("fused"))
+
+
+@pytest.mark.parametrize("model", ["composer", "clip"])
+def test_gradient_clipping_under_mixed_precision_trains_with_the_foreach_optimizer(tiny_world, tmp_path, model):
+    """Lightning's mixed-precision plugin refuses to clip a fused optimizer's gradients (the first H100 run
+    of benchmarks/gpu_check.py died on it, bf16-mixed + grad_clip 1): such a run takes the foreach Adam,
+    and fp32 keeps the fused one."""
+    from composer.training.fit import TrainerOptions, train
+    from composer.training.recipes import RecipeOverrides, named_recipe
+
+    kinds = {}
+    for precision in ("bf16-mixed", "32-true"):
+        recipe = named_recipe(model, str(tiny_world / "captions.jsonl"), RecipeOverrides(
+            preset="tiny", features=str(tiny_world / "features.h5"), batch_size=8, max_regions=6, eval_images=6,
+            grad_clip=1.0, **({"il": {"t_warm": 2, "generations": 0, "t_extend": 0}} if model == "clip"
+                              else {"epochs": 1})))
+        seen = _OptimizerKind()
+        results = train(recipe, TrainerOptions(accelerator="cpu", precision=precision, progress=False, test=False),
+                        tmp_path / precision, callbacks=[seen])
+        assert results["global_step"] >= 2
+        kinds[precision] = seen.fused
+    assert kinds == {"bf16-mixed": False, "32-true": True}

@@ -129,7 +129,7 @@ class ClipModule(RetrievalModule):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """AdamW (Table 5); weight decay on matrices, embeddings and codes, none on gains, biases, t, [CLS]."""
-        return _adamw(self.model, self.il)
+        return _adamw(self.model, self.il, fused=self.fused_optimizer_allowed(list(self.model.parameters())))
 
     def configure_optimizers(self):
         opt = self.make_optimizer()
@@ -332,14 +332,16 @@ class ClipModule(RetrievalModule):
         return curve
 
 
-def _adamw(module: nn.Module, il: ILConfig, *, lr: float | None = None) -> torch.optim.AdamW:
-    """AdamW with decay on parameters of 2+ dimensions only (open_clip's rule)."""
+def _adamw(module: nn.Module, il: ILConfig, *, lr: float | None = None, fused: bool = True) -> torch.optim.AdamW:
+    """AdamW with decay on parameters of 2+ dimensions only (open_clip's rule); fused where torch can and
+    ``fused`` allows (:meth:`RetrievalModule.fused_optimizer_allowed`)."""
     params = [p for p in module.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": il.weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr or il.lr, betas=il.betas, eps=il.eps, fused=fused_optimizer_supported(params))
+                             lr=lr or il.lr, betas=il.betas, eps=il.eps,
+                             fused=fused and fused_optimizer_supported(params))
 
 
 def _sentences(batch, captions) -> list[str]:
