@@ -138,3 +138,23 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
     assert chosen["vse"]["run"] == max(values, key=lambda n: (values[n], -list(values).index(n)))
     table = (out / "tables" / "search.md").read_text()
     assert all(p.setting in table for p in points)
+
+
+class _Grid:
+    """The part of Tune's ResultGrid the check reads."""
+
+    def __init__(self, trials: int, terminated: int, errors: int):
+        self.trials, self.num_terminated, self.num_errors = trials, terminated, errors
+
+    def __len__(self):
+        return self.trials
+
+
+def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
+    """Tuner.fit() returns after a stop signal (state saved, trials unfinished): the study must not choose a
+    configuration from half-trained trials and go on to the next model (seen on the converge study)."""
+    from composer.study.asha import SearchInterrupted, check_search_complete
+
+    check_search_complete("vse", _Grid(6, terminated=4, errors=2), tmp_path)  # ASHA-stopped trials terminate too
+    with pytest.raises(SearchInterrupted, match=r"composer stopped with 2 of 6 trials unfinished.*rerun"):
+        check_search_complete("composer", _Grid(6, terminated=3, errors=1), tmp_path)

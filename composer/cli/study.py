@@ -137,6 +137,7 @@ def main(argv=None) -> int:
     from composer.study.config import get_profile, study_runs
     from composer.study.runner import run_study
     from crg.outputs import write_text_atomic
+    from composer.study.asha import SearchInterrupted
     from crg.ray_engine import RayConnectError, check_address
 
     profile = get_profile(config.profile)
@@ -145,7 +146,7 @@ def main(argv=None) -> int:
         results = run_study(args.out, profile, seeds=config.seeds, runs=study_runs(profile, config.runs),
                             report_only=args.report_only, data=config.data, search=config.search,
                             search_only=config.search_only, options=config.options)
-    except RayConnectError as err:
+    except (RayConnectError, SearchInterrupted) as err:
         raise SystemExit(f"error: {err}") from None
     if not args.report_only:  # the configuration this invocation ran (seeds and runs may grow later); after the
         write_text_atomic(Path(args.out) / CONFIG_FILE, text)  # study accepted its folder, so a refusal keeps it

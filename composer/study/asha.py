@@ -27,11 +27,26 @@ from composer.study.execute import RESULT, StudyOptions, execute, ray_resources,
 from composer.study.search import ASHA_FILE, SEARCH_SEED, SearchPoint, read_asha_status, search_tasks
 from crg.outputs import write_json_atomic
 
-__all__ = ["run_asha_search"]
+__all__ = ["SearchInterrupted", "check_search_complete", "run_asha_search"]
 
 logger = logging.getLogger(__name__)
 
 METRIC, TIME = "val_R@1", "positives"
+
+
+class SearchInterrupted(RuntimeError):
+    """A model's search ended with trials still pending or running (Tune's answer to a stop signal)."""
+
+
+def check_search_complete(model: str, grid, path: Path) -> None:
+    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) terminated or
+    errored. Why: on SIGINT / SIGTERM ``Tuner.fit()`` saves its state and *returns*, and a study that went on
+    would choose this model's configuration from half-trained trials and start the next model's search."""
+    unfinished = len(grid) - grid.num_terminated - grid.num_errors
+    if unfinished:
+        raise SearchInterrupted(f"the recipe search of {model} stopped with {unfinished} of {len(grid)} trials "
+                                f"unfinished (a stop signal?); its state is saved in {path}: rerun the same "
+                                f"command to resume it")
 
 
 def _trial(config: dict, *, points: dict, profile: StudyProfile, data: dict, out: str, options: StudyOptions,
@@ -86,6 +101,7 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
                                run_config=tune.RunConfig(name=model, storage_path=str(storage), verbose=0))
         logger.info("recipe search (ASHA) of %s: %d configurations", model, len(pts))
         grid = tuner.fit()
+        check_search_complete(model, grid, storage / model)
         for result in grid:
             name = result.config["point"]
             finished = (run_dir(out, search_tasks([pts[name]])[0][0], SEARCH_SEED) / RESULT).exists()
