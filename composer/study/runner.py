@@ -43,7 +43,7 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
     """
     if options.jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {options.jobs}")
-    out = Path(out)
+    out = Path(out).resolve()  # absolute: Ray workers and restored Tune trials may start in another directory
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     check_study_dir(out, profile, data)
