@@ -9,7 +9,7 @@ and the study build one and call :func:`named_recipe`.
 
 >>> r = named_recipe("composer", "world")
 >>> r.preset, r.optim.lr, r.data.batch_size, r.val_every
-('small', 0.0005, 32, 3)
+('small-minilm', 0.0005, 64, 3)
 >>> named_recipe("flat", "world", RecipeOverrides(lr=1e-3, model={"ct_layers": 1})).optim.lr
 0.001
 >>> named_recipe("vse", "world", RecipeOverrides(model={"modulator": "mlp"}))
