@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from composer.study.config import PROFILES, RUNS, il_overrides, study_runs
-from composer.study.plots import generation_starts, mean_band, probe_curves
-from composer.study.tables import (
+from composer.report.plots import generation_starts, mean_band, probe_curves
+from composer.report.tables import (
     FIGURE4_ROWS,
     TABLES,
     Column,
