@@ -36,6 +36,7 @@ __all__ = ["RESULT", "StudyOptions", "ray_resources", "read_train_curve", "run_d
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass
 class StudyOptions:
     """How the runs are trained (not what): Lightning's accelerator and precision (None = bf16-mixed on a
