@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from composer.study.tables import format_cell, seed_values, summarize
+from composer.report.tables import format_cell, seed_values, summarize
 
 MAIN = ("composer", "flat", "vse", "clip", "codebook_clip", "il_clip")
 METRICS = {"test": ("test", "R@1"), "systematic": ("systematic", "R@1"), "productivity": ("productivity", "R@1"),

@@ -21,7 +21,7 @@ the fractions of an epoch those steps are.
 
 Outputs: ``OUT/table.md`` (rows: model; columns: training images; cells: val R@1 at the end and the best,
 and the gain over the curve's last quarter of positives) and ``OUT/curves.png`` (every run's curve,
-``composer.study.plots.plot_learning_curves``).
+``composer.report.plots.plot_learning_curves``).
 
 Default ``--steps`` 1,000: at the step times of the ``small-minilm`` presets at batch 64 on 2 cores (COMPOSER
 0.77 s, VSE 0.56 s), six runs of 1,000 steps plus their validations fit about 1.5 h (``docs/benchmarks.md``,
@@ -213,7 +213,7 @@ def markdown_table(cfg: TableConfig, cells: dict[tuple[str, int], Cell], counted
 
 def build_table(cfg: TableConfig, out: Path) -> dict[tuple[str, int], Cell]:
     """Run (or read back) every cell, then write ``OUT/table.md`` and ``OUT/curves.png``."""
-    from composer.study.plots import plot_learning_curves
+    from composer.report.plots import plot_learning_curves
     from composer.training.curve import read_curve
 
     out.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,12 @@
-"""IL-CLIP's generation recovery (composer/study/generations.py) on hand-made training curves, checked
+"""IL-CLIP's generation recovery (composer/report/generations.py) on hand-made training curves, checked
 against a direct reading of the curve."""
 
 from __future__ import annotations
 
 import pytest
 
-from composer.study.generations import generation_recovery, loss_at, render_generation_table
-from composer.study.tables import Row, render_all
+from composer.report.generations import generation_recovery, loss_at, render_generation_table
+from composer.report.tables import Row, render_all
 
 
 def _curve(segments: list[tuple[int, int, list[float]]], seed: int = 0) -> dict:

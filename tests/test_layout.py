@@ -6,7 +6,8 @@ layers below it, never one above. Layers on one line are siblings: neither impor
 
     experiments | benchmarks             scripts: thin wrappers of the programs, measurements
     composer.cli                         the console programs of the models
-    composer.study                       many runs and their report
+    composer.study                       many runs, each an ordinary train() run
+    composer.report                      a study's tables and plots, from its runs' results alone
     composer.training | composer.evaluation
     composer                             the models (composer.models: one folder per model, the registry)
                                          and what they share (retrieval scores, negative sampling, ...)
@@ -38,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("experiments", "benchmarks"),
     ("composer.cli",),
     ("composer.study",),
+    ("composer.report",),
     ("composer.training", "composer.evaluation"),
     ("composer",),
     ("features",),

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from composer.study.config import PROFILES, RUNS, il_overrides, study_runs
-from composer.study.plots import generation_starts, mean_band, probe_curves
-from composer.study.tables import (
+from composer.report.plots import generation_starts, mean_band, probe_curves
+from composer.report.tables import (
     FIGURE4_ROWS,
     TABLES,
     Column,
@@ -108,6 +108,29 @@ def test_plot_data_extraction():
     assert mean.tolist() == [2.0, 3.0] and std.tolist() == [1.0, 1.0]
     res = _results({"il_clip": {0: {"probe": {"accuracy": [0.1, 0.3]}}, 1: {"probe": {"accuracy": [0.2, 0.4]}}}})
     assert probe_curves(res, [Row("IL", "il_clip"), Row("CB", "codebook_clip")]) == {"IL": [[0.1, 0.3], [0.2, 0.4]]}
+
+
+def test_the_report_is_remade_from_results_json_alone(tmp_path):
+    """composer.report reads nothing but the study folder's results.json: its tables, head and plots."""
+    from composer.report.render import PLOT_FILES, render_report
+
+    one = {"test": {"R@1": 10.0, "R@5": 30.0}, "windows": [{"compound_divergence": 0.2, "R@1": 5.0}]}
+    results = {"study": {"profile_name": "hand", "seeds": [0, 1], "runs": ["composer", "vse"], "git": "abc",
+                         "run_gits": ["abc"], "hardware": "here", "missing": ["vse seed 0"],
+                         "failed": {"vse seed 0": "boom"},
+                         "data": {"mcd": {"num_images": 4, "compound_divergence": 0.5,
+                                          "random_compound_divergence": 0.1, "compounds": "semantic"}}},
+               "runs": _results({"composer": {0: one, 1: {**one, "test": {"R@1": 12.0}}}})["runs"]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    render_report(tmp_path)
+    text = (tmp_path / "tables.md").read_text()
+    assert text.startswith("# Study results (hand profile)") and "semantic compound divergence 0.5" in text
+    assert "Missing: vse seed 0." in text and "Failed: vse seed 0: boom" in text
+    tables = render_all(results)
+    assert "| COMPOSER | 11.0 ± 1.4 |" in tables["composer_table2"]
+    for key, table in tables.items():
+        assert (tmp_path / "tables" / f"{key}.md").read_text() == table and table in text, key
+    assert all((tmp_path / "plots" / name).stat().st_size > 0 for name in PLOT_FILES)
 
 
 def test_profiles_and_runs_are_consistent():

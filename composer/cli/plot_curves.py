@@ -29,7 +29,7 @@ def build_argparser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_argparser().parse_args(argv)
-    from composer.study.plots import plot_learning_curves
+    from composer.report.plots import plot_learning_curves
     from composer.training.curve import read_curve
 
     curves: dict = {}

@@ -1,8 +1,9 @@
-"""The study: every model and ablation on one dataset, evaluated alike, with tables and plots.
+"""The study: every model and ablation on one dataset, each run an ordinary ``train()`` run evaluated alike.
 
 * ``config``: study profiles and runs (data, not code).
-* ``evaluation``: the study's evaluations (sentence retrieval, hard negatives on the world).
-* ``tables`` / ``plots``: the papers' tables and figures from a study's ``results.json``.
+* ``runner``: the study from its data to its report (:mod:`composer.report`: tables and plots).
+* ``execute``: one run, and the map over runs (here or on Ray); ``search`` / ``asha``: the recipe search.
+* ``data`` / ``evaluation``: the study's evaluation data and its evaluations.
 """
 
-__all__ = ["config", "evaluation", "tables", "plots"]
+__all__ = ["config", "data", "evaluation", "execute", "runner", "search"]

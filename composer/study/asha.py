@@ -2,12 +2,10 @@
 
 Why: under a plateau profile (:class:`composer.study.config.StudyPlateau`) a search run trains up to the
 whole budget of positives, so six full runs per model would cost more than the study itself. ASHA
-(asynchronous successive halving, Li et al. 2020, as Ray Tune implements it) lets every configuration
-train to ``asha_grace_positives`` and then keeps going only those among the best ``1 / asha_reduction``
-of the configurations that reached the same point, at every ``asha_reduction``-fold step up to the budget.
-Each model gets its own Tuner over its own :func:`composer.study.search.search_grid` (six points, the same
-number for every model), so configurations are only ever compared with the same model's, and the
-criterion is val R@1 (the plateau's monitor), never a test set.
+(asynchronous successive halving, Li et al. 2020, as Ray Tune implements it) cuts at
+``asha_grace_positives`` and every ``asha_reduction``-fold step after, keeping the best ``1 / asha_reduction``
+of the configurations that reached the cut. Each model has its own Tuner over its own grid, so
+configurations are only compared with the same model's, on val R@1, never a test set.
 
 A trial is the study's own run (:func:`composer.study.execute.execute`: ``train()`` to the plateau, then
 scored on val) with a callback that reports each validation to Tune

@@ -1,32 +1,8 @@
-"""What the study runs, as data: the runs (models and the papers' ablations) and the profiles (sizes).
-
-The study (:mod:`composer.study.runner`, ``gc-study``) trains every run of a profile for each seed on one
-split of the generated world and evaluates it with one evaluation code path. A run is the world's named
-training recipe (:func:`composer.training.recipes.named_recipe`) plus the ablation's typed overrides, so a
-run of the study is the same model a user gets from the training command with those options; the profile
-then fixes the data sizes and the training length.
-
-Runs (:data:`RUNS`), by the table they fill (Zhang et al. 2021 = COMPOSER; Zheng et al. 2024 = IL-CLIP):
-
-* main models (COMPOSER Table 2 / Figure 4; IL-CLIP Table 1): ``composer``, ``vse``, ``flat``,
-  ``clip``, ``codebook_clip``, ``il_clip`` (and ``negclip``: word-swap text negatives and pool-neighbour image
-  negatives, in the gpu profile);
-* COMPOSER Table 3 (primitive CrossAtt off), Table 4 (Replace / MLP modulators), Table 5 (MVSA off for
-  COMPOSER, on for the flat model), Table 6 (PT / CT depth around the preset's), Table 7 (parses pruned
-  with probability 0.1 / 0.3 / 0.5);
-* IL-CLIP Table 4: spawn the vision agent / alternate, codebook not frozen during distillation, no
-  codebook, generation cycles halved / doubled at the same total steps;
-* issue 36: ``il_negclip`` (Table 8's IL-NegCLIP), structural negatives for every model (``*_structneg``: the
-  world's verified-false captions as extra caption negatives) and leave-one-kind-out variants
-  (``composer_structneg_no_swap`` ...), scored with twin groups (and their interaction diagnostic) and hard
-  negatives.
-
-Profiles (:data:`PROFILES`): ``smoke`` (tests: a tiny world, a few steps, ``tiny`` models), ``cpu``
-(fits in 90 minutes on 2 CPU cores: see :data:`CPU_BUDGET_NOTE`), ``gpu`` (paper-like sizes: the
-``offline`` presets, i.e. PT 6 / CT 5 with the Predicate Transformer initialised from MiniLM, 1,000
-test images x 5,000 captions, 20 epochs of the paper's schedule, 16 compound-divergence windows of
-1,000 images; untimed), ``cpu_il`` (IL-CLIP's claim on 2 cores: the CLIP family alone, 910 steps with
-150-step generations: 39 minutes on 2 cores, 52 more for its search; the cpu profile's 170 steps are too short for it).
+"""What the study runs, as data: the runs (models and the papers' ablations, :data:`RUNS`) and the profiles
+(data sizes and training lengths, :data:`PROFILES`). A run is the world's named training recipe
+(:func:`composer.training.recipes.named_recipe`) plus the ablation's typed overrides, so a run of the study is
+the model a user gets from the training command with those options. docs/evaluation.md ("Running the
+study") lists which run fills which table of which paper, and what each profile trains.
 
 >>> [r.name for r in study_runs(PROFILES["cpu"])][:3]
 ['composer', 'vse', 'flat']
@@ -45,7 +21,6 @@ from composer.models import registry
 MODELS = registry.names()  # the study's model names are the registry's
 
 __all__ = [
-    "CPU_BUDGET_NOTE",
     "EVALS",
     "StudyPlateau",
     "MODELS",
@@ -199,8 +174,6 @@ _COMPOSER_TABLES = ("composer", "vse", "flat", "clip", "codebook_clip", "il_clip
                     "composer_replace", "composer_mlp", "composer_no_mvsa", "flat_mvsa", "composer_pt1",
                     "composer_ct1", "composer_ct5", "composer_prune10", "composer_prune30", "composer_prune50",
                     "composer_spacy", "composer_hardneg", "flat_hardneg")
-_IL_ABLATIONS = ("il_cycle_short", "il_cycle_long", "il_spawn_vision", "il_spawn_alternate", "il_no_freeze",
-                 "il_no_codebook")
 
 
 @dataclass(frozen=True)
@@ -285,12 +258,10 @@ class StudyProfile:
     """Sizes of one study: data, training lengths, evaluation sets.
 
     Attributes:
-        name: ``smoke`` | ``cpu`` | ``cpu_il`` | ``gpu``.
+        name: its key in :data:`PROFILES`.
         world_images: the generated world's size.
-        world_split: ``compositional`` (the default world: held-out colour-shape and relation compounds,
-            60 / 10 / 10 / 10 / 10 % train / val / test_iid / test_systematic / test_productivity; every run
-            is scored on the three test sets and their twin groups) or ``random`` (the i.i.d. 80 / 10 / 10 %
-            split the study's first results were measured on).
+        world_split: ``compositional`` (the default world, with held-out compounds: docs/world.md) or
+            ``random`` (the i.i.d. split the study's first results were measured on).
         world_held_out_seed, world_held_out_pairs, world_held_out_facts: which compounds the compositional
             world holds out (:class:`composer.training.data.DataConfig`; docs/world.md).
         max_regions: detector regions per image (plus the global one); None = the named config's (14).
@@ -302,10 +273,9 @@ class StudyProfile:
         clip_batch_size: the CLIP family's batch; None = the named configuration's (64).
         eval_images: in-domain test candidates (first images of the test split; all their captions).
         mcd_images: images of the MCD split and of each window (clamped to half the eligible candidates).
-        mcd_compounds: the compound definition the MCD split and Figure 4's windows are made for
-            (:mod:`crg.compounds`): ``semantic`` (the world's logical-form compounds: a colour-shape binding
-            or a relation between two object kinds, whatever the wording; the default) or ``template`` (the
-            CRG's templates, the paper's definition for real captions). Both divergences are reported.
+        mcd_compounds: the compound definition (:mod:`crg.compounds`) the MCD split and Figure 4's windows are
+            made for: ``semantic`` (the world's logical-form compounds) or ``template`` (the CRG's templates,
+            the paper's definition for real captions). Both divergences are reported.
         mcd_candidate_splits: where the MCD split's images come from (roles: ``val``; ``test`` = every test
             set of the world, in-domain, systematic and productivity); training is the train split.
         num_windows: Figure 4's splits, evenly spaced between the lowest and highest window divergence.
@@ -471,8 +441,8 @@ _SMOKE = StudyProfile(
     eval_images=8, mcd_images=4, num_windows=2, phrases_per_caption=2, hn_images=3, hn_per_type=1,
     hn_distractors=2, probe_steps=2, runs=tuple(r.name for r in RUNS), seeds=(0,), max_pairs=512, clip_batch_size=4)
 
-# The cpu profile, sized from per-step and per-pair times measured on the 2-core machine (CPU_BUDGET_NOTE;
-# docs/evaluation.md, "Running the study"): two runs at a time, one core each.
+# The cpu profile, sized from per-step and per-pair times measured on the 2-core machine (docs/evaluation.md,
+# "Running the study"): two runs at a time, one core each.
 _CPU = StudyProfile(
     name="cpu", world_images=3000,
     # the models whose papers start the text side from BERT (COMPOSER's PT, ViLBERT, VSE) start it from the
@@ -547,16 +517,6 @@ _CONVERGE = replace(
     runs=("composer", "vse", "flat", "clip", "codebook_clip", "il_clip"))
 
 PROFILES: dict[str, StudyProfile] = {p.name: p for p in (_SMOKE, _CPU, _GPU, _CPU_IL, _CONVERGE)}
-
-CPU_BUDGET_NOTE = ("cpu profile: 6 main models x 3 seeds and 13 ablations x 1 seed (COMPOSER's Tables 3-7 with "
-                   "parses pruned at p = 0.1 and 0.5, spaCy "
-                   "parses, hard caption negatives for COMPOSER and the flat model) on the 3,000-image "
-                   "compositional world, two at a time; COMPOSER, the flat model and VSE (text side: MiniLM's first "
-                   "2 layers, small-minilm) 150 steps at batch 64, "
-                   "the CLIP family 170 steps at batch 64; "
-                   "50-image evaluation sets (250 captions) for in-domain, systematic, productivity (main models) "
-                   "and MCD "
-                   "(semantic compounds), 3 compound-divergence windows")
 
 
 def get_profile(name: str, **overrides: Any) -> StudyProfile:

@@ -1,49 +1,30 @@
-"""The study's evaluation of one trained model: retrieval sets, phrases and hard negatives, one code path.
-
-Every model of the study (COMPOSER and each baseline) is scored through its ``score_pairs`` (the
-interface :func:`composer.models.common.retrieval.score_matrix` calls), so all numbers come from the same code:
-
-* sentence-to-image R@K on an :class:`composer.evaluation.eval_sets.EvalData` (in-domain test, the MCD split,
-  each compound-divergence window): :func:`sentence_retrieval`;
-* phrase-to-image R@K: :func:`composer.evaluation.phrase_retrieval.evaluate_phrase_retrieval`;
-* hard negatives: :func:`composer.evaluation.text_pairs.hard_negative_accuracy` (free texts parsed as the CRG
-  builder parses captions, scored pair by pair).
-
-:func:`world_hard_negative_set` builds the world's set once (negatives verified false against the scene
-graphs by :func:`features.catalog.world_hard_negatives`).
+"""The study's evaluations that the training command does not make: sentence retrieval on a split file (the
+MCD split, each compound-divergence window), the world's hard-negative set, the generalisation gap. Every
+model is scored through its ``score_pairs`` (:func:`composer.models.common.retrieval.score_matrix`), so all
+numbers come from one code path.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from composer.evaluation.hard_negatives import build_eval_set
-from composer.evaluation.sentence_retrieval import sentence_retrieval_report
+from composer.evaluation.sentence_retrieval import score_sentence_retrieval
 from composer.models.composer.program import ConceptProgram
-from composer.models.common.retrieval import score_matrix
 
 __all__ = ["flat_report", "generalisation_gap", "sentence_retrieval", "world_hard_negative_set"]
 
-log = logging.getLogger(__name__)
 
-
-@torch.no_grad()
 def sentence_retrieval(model, tokenizer, data, *, device: str | torch.device = "cpu", max_pairs: int = 4096) -> dict:
     """Sentence-to-image R@1/5/10 of every caption of ``data`` (an :class:`composer.evaluation.eval_sets.EvalData`)
     against all its candidate images, by full cross-scoring."""
     programs = [ConceptProgram.from_graph(data.graph, c) for c in data.captions]
-    was_training = model.training
-    model.eval()
-    try:
-        res = score_matrix(model, data.regions.to(device), data.geometry.to(device), data.region_mask.to(device),
-                           programs, tokenizer, max_pairs=max_pairs)
-    finally:
-        model.train(was_training)
-    return flat_report(sentence_retrieval_report(res.scores, data.caption_image, seconds=res.seconds))
+    return flat_report(score_sentence_retrieval(model, tokenizer, data.regions.to(device), data.geometry.to(device),
+                                                data.region_mask.to(device), programs, data.caption_image,
+                                                max_pairs=max_pairs))
 
 
 def flat_report(report: dict) -> dict:

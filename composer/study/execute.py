@@ -25,6 +25,7 @@ from pathlib import Path
 from composer.models import registry
 from composer.models.common.config import plain_config
 from composer.provenance import git_sha, hardware_description
+from composer.report.results import ERROR, RESULT, run_folder
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
 from composer.study.data import PRUNE_SEED, EvalSets
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
@@ -34,8 +35,6 @@ __all__ = ["RESULT", "StudyOptions", "ray_resources", "read_train_curve", "run_d
            "study_schedule", "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
-
-RESULT = "study_result.json"  # beside train()'s results.json: the study's evaluations; written last
 
 
 @dataclass
@@ -52,7 +51,7 @@ class StudyOptions:
 
 
 def run_dir(out: Path, run: StudyRun, seed: int) -> Path:
-    return out / "runs" / run.name / f"seed{seed}"
+    return run_folder(out, run.name, seed)
 
 
 # ---------------------------------------------------------------------------- the run's recipe
@@ -252,13 +251,13 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
     if threads:
         torch.set_num_threads(threads)
     directory = run_dir(out, run, seed)
-    (directory / "error.txt").unlink(missing_ok=True)
+    (directory / ERROR).unlink(missing_ok=True)
     try:
         result = train_and_evaluate(run, seed, profile, EvalSets.shared(profile, data), directory, options,
                                     callbacks)
     except Exception:  # one broken run must not stop the study: record it and go on
-        write_text_atomic(directory / "error.txt", traceback.format_exc())
-        logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / "error.txt")
+        write_text_atomic(directory / ERROR, traceback.format_exc())
+        logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / ERROR)
         return f"{run.name} seed {seed}: failed (error.txt)"
     import shutil
 
@@ -335,4 +334,4 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
             logger.info("%s", ray.get(done[0]))
         except Exception as err:  # the worker died (killed, out of memory): no result; a rerun tries again
             logger.error("%s seed %d: the Ray task failed: %s", run.name, seed, err)
-            write_text_atomic(run_dir(out, run, seed) / "error.txt", f"Ray task failed\n{err}\n")
+            write_text_atomic(run_dir(out, run, seed) / ERROR, f"Ray task failed\n{err}\n")

@@ -1,6 +1,6 @@
 """The whole study: its data once per study directory (:mod:`composer.study.data`), every unfinished (run, seed)
 trained by ``train()`` and evaluated on its saved model, here or on Ray (:mod:`composer.study.execute`), and the
-report from whatever has finished (:mod:`composer.study.report`).
+report from whatever has finished (:mod:`composer.report`: ``results.json``, then the tables and plots).
 
 ``gc-study`` (composer/cli/study.py, ``experiments/run_study.py``) parses its arguments and calls
 :func:`run_study`. Each run writes its ``study_result.json`` atomically when it is done; a rerun skips finished
@@ -15,10 +15,12 @@ import logging
 import time
 from pathlib import Path
 
+from composer.models.common.config import plain_config
+from composer.report.render import render_report
+from composer.report.results import write_results
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.data import check_study_dir, prepare_data
 from composer.study.execute import StudyOptions, run_tasks
-from composer.study.report import write_report
 from composer.study.search import SEARCH_DIR, finish_search, read_chosen, search_points, search_tasks, \
     with_chosen_recipe
 
@@ -63,4 +65,8 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
     runs = [with_chosen_recipe(r, read_chosen(out)) for r in runs]
     if not report_only:
         run_tasks(study_tasks(runs, seeds, profile), profile, study_data, out, options)
-    return write_report(out, profile, runs, seeds, study_data, time.perf_counter() - started)
+    results = write_results(out, profile=plain_config(profile), seeds=seeds, runs=[r.name for r in runs],
+                            expected=[(r.name, s) for r, s in study_tasks(runs, seeds, profile)], data=study_data,
+                            recipes=read_chosen(out), wall_seconds=time.perf_counter() - started)
+    render_report(out, results)
+    return results

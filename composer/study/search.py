@@ -1,22 +1,12 @@
-"""The equal-budget recipe search: every model of the study gets the same number of training runs at the
-profile's step and example budget, and keeps the recipe with the best validation R@1.
+"""The equal-budget recipe search: every model of the study gets the same number of training runs
+(:data:`GRID_SIZE`, seed 0) at the profile's budget, scored on the ``val`` split only, and keeps the recipe
+with the best validation R@1 (``OUT/search/chosen.json``); every run of the study, the ablations too, starts
+from its model's chosen recipe.
 
 Why: a comparison is only fair when no model runs on a recipe tuned for another (the flat model sat at
-chance on COMPOSER's schedule, issue 17). Each main model gets :data:`GRID_SIZE` configurations:
-
-* models whose text side follows BERT's initialisation (``composer``, ``flat``, ``vse``): the learning rate
-  at 1/3, 1 and 3 times the named recipe's, times the init std of every randomly initialised weight
-  (``initializer_range``) at BERT's 0.02 and the ``small`` preset's 0.1;
-* the CLIP family (``clip``, ``codebook_clip``, ``il_clip``): its init is CLIP's width-scaled scheme (std
-  ``width ** -0.5``, no free scale), so its six runs all go to the learning rate, from 1/5 to 10 times the
-  named recipe's. So do VSE's with a pretrained text side (``small-minilm``, ``offline``): its only
-  BERT-initialised weights are then the loaded ones (its projection and image MLP take PyTorch's default
-  init), so the init std would change nothing and half the runs would be repeats.
-
-Every search run trains seed 0 only (the search budget is 6 runs per model, whatever the study's seeds),
-and is scored on the first ``eval_images`` images of the ``val`` split -- never a test set. The chosen
-values are written to ``OUT/search/chosen.json`` and every run of the study (the ablations too: they
-change one thing of their model's recipe) starts from them.
+chance on COMPOSER's schedule, issue 17). The grid of each model (learning rates, and the init std where a
+randomly initialised weight reads it: :func:`init_is_searched`) is in docs/evaluation.md ("The recipe
+search").
 
 >>> [p.name for p in search_grid("composer")][:2]
 ['composer_lr1.7e-04_init0.02', 'composer_lr1.7e-04_init0.1']
@@ -39,9 +29,9 @@ from composer.study.config import StudyProfile, StudyRun
 from composer.study.execute import RESULT, run_dir
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchPoint", "choose_recipes", "chosen_overrides",
-           "finish_search", "init_is_searched", "named_lr", "read_asha_status", "read_chosen", "render_search_table",
-           "search_grid", "search_points", "search_tasks", "search_value", "with_chosen_recipe"]
+__all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchPoint", "choose_recipes", "finish_search",
+           "init_is_searched", "named_lr", "read_asha_status", "read_chosen", "render_search_table", "search_grid",
+           "search_points", "search_tasks", "search_value", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,11 +123,6 @@ def choose_recipes(val_r1: Mapping[str, float | None], points: list[SearchPoint]
     return {m: {"lr": p.lr, "init": p.init, "val_R@1": r1, "run": p.name} for m, (r1, p) in best.items()}
 
 
-def chosen_overrides(chosen: Mapping[str, Any]) -> dict[str, Any]:
-    """:class:`composer.training.recipes.RecipeOverrides` fields of a chosen recipe (``choose_recipes``'s value)."""
-    return SearchPoint("", chosen["lr"], chosen.get("init")).overrides()
-
-
 def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchPoint], chosen: Mapping[str, dict],
                         chance: float | None = None, stopped: Mapping[str, int | None] | None = None) -> str:
     """The search as Markdown: one line per model, one column per configuration, the chosen one in bold
@@ -175,7 +160,7 @@ SEARCH_DIR = "search"
 
 
 def search_points(runs: list[StudyRun], profile: StudyProfile) -> list:
-    """The search grid of every model the runs train, at the profile's preset (composer/study/search.py)."""
+    """The search grid of every model the runs train, at the profile's preset."""
     return [p for model in dict.fromkeys(r.model for r in runs) for p in search_grid(model, profile.presets.get(model))]
 
 
@@ -252,7 +237,7 @@ def with_chosen_recipe(run: StudyRun, chosen: dict | None) -> StudyRun:
     """
     if not chosen or run.model not in chosen:
         return run
-    base = chosen_overrides(chosen[run.model])
+    base = SearchPoint(run.model, chosen[run.model]["lr"], chosen[run.model].get("init")).overrides()
     merged = {**base, **run.overrides}
     if "model" in base and "model" in run.overrides:
         merged["model"] = {**base["model"], **run.overrides["model"]}

@@ -70,7 +70,7 @@ def render_plateau_table(found: Mapping) -> str:
 
 def plot_main_curves(found: Mapping, runs: list[str], path: str | Path) -> None:
     """Every seed's learning curve of each of ``runs`` (the main models) on one figure."""
-    from composer.study.plots import plot_learning_curves
+    from composer.report.plots import plot_learning_curves
 
     curves = {}
     for name in runs:

@@ -446,7 +446,7 @@ def render_all(results: Mapping) -> dict[str, str]:
            if not planned or planned & {row.run for row in spec.rows}}
     out["composer_figure4"] = render_window_table(results, FIGURE4_ROWS)
     out["timings"] = render_timing_table(results)
-    from composer.study.generations import render_generation_table  # built on this module's cells
+    from composer.report.generations import render_generation_table  # built on this module's cells
 
     out["il_generations"] = render_generation_table(results)
     return out

@@ -9,7 +9,7 @@
   one figure (:func:`plot_learning_curves`; runs trained to the plateau, :mod:`composer.training.curve`).
 
 The data each figure shows is extracted by a pure function (:func:`generation_starts`,
-:func:`probe_curves`, :func:`composer.study.tables.window_series`), tested on hand-made results; the
+:func:`probe_curves`, :func:`composer.report.tables.window_series`), tested on hand-made results; the
 drawing functions only draw.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from composer.study.generations import DISTILL_PHASE
-from composer.study.tables import Row, mcd_compounds, seed_values, window_series
+from composer.report.generations import DISTILL_PHASE
+from composer.report.tables import Row, mcd_compounds, seed_values, window_series
 from composer.training.curve import LearningCurve
 
 __all__ = [

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
 
-from composer.study.tables import MISSING, Row, format_cell, seed_values, summarize
+from composer.report.tables import MISSING, Row, format_cell, seed_values, summarize
 
 __all__ = ["GENERATION_ROWS", "GenerationRecovery", "generation_recovery", "loss_at", "render_generation_table"]
 
