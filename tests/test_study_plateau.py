@@ -158,3 +158,24 @@ def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
     check_search_complete("vse", _Grid(6, terminated=4, errors=2), tmp_path)  # ASHA-stopped trials terminate too
     with pytest.raises(SearchInterrupted, match=r"composer stopped with 2 of 6 trials unfinished.*rerun"):
         check_search_complete("composer", _Grid(6, terminated=3, errors=1), tmp_path)
+
+
+def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():
+    """A worker's logging: Lightning's INFO lines (seed, model summary) off, the runs' progress lines on."""
+    import logging
+
+    from composer.study.execute import WORKER_INFO, WORKER_QUIET, worker_logging
+
+    names = ("lightning.pytorch", "composer.training.fit", "composer.study", "crg")
+    before = {n: logging.getLogger(n).level for n in names}
+    try:
+        worker_logging()
+        assert logging.getLogger("lightning.pytorch").getEffectiveLevel() == logging.WARNING
+        assert logging.getLogger("crg").getEffectiveLevel() == logging.WARNING
+        assert logging.getLogger("composer.training.fit").isEnabledFor(logging.INFO)
+        assert logging.getLogger("composer.study.asha").isEnabledFor(logging.INFO)
+        assert not logging.getLogger("composer.models").isEnabledFor(logging.INFO)
+        assert set(WORKER_INFO) <= {n for n in logging.root.manager.loggerDict} and "composer" in WORKER_QUIET
+    finally:
+        for n, level in before.items():
+            logging.getLogger(n).setLevel(level)

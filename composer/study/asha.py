@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 
 from composer.study.config import StudyProfile
-from composer.study.execute import RESULT, StudyOptions, execute, ray_resources, run_dir
+from composer.study.execute import RESULT, StudyOptions, execute_on_worker, ray_resources, run_dir
 from composer.study.search import ASHA_FILE, SEARCH_SEED, SearchPoint, read_asha_status, search_tasks
 from crg.outputs import write_json_atomic
 
@@ -57,7 +57,7 @@ def _trial(config: dict, *, points: dict, profile: StudyProfile, data: dict, out
     point: SearchPoint = points[config["point"]]
     (run, seed), = search_tasks([point])
     reporter = ValidationReporter(lambda metrics: tune.report({METRIC: metrics["val_R@1"], TIME: metrics["positives"]}))
-    logger.info("%s", execute(run, seed, profile, data, Path(out), options, threads, callbacks=[reporter]))
+    logger.info("%s", execute_on_worker(run, seed, profile, data, Path(out), options, threads, callbacks=[reporter]))
 
 
 def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict, out: Path,

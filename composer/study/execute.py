@@ -241,6 +241,32 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
     return result
 
 
+# what a Ray worker logs: the libraries' INFO chatter off (Lightning's seed and model-summary lines, once per run),
+# the study's lines and each plateau run's progress line (step, loss, steps/s, ETA, once a minute) on
+WORKER_QUIET = ("lightning.pytorch", "lightning.fabric", "crg", "features", "composer")
+WORKER_INFO = ("composer.study", "composer.training.fit")
+
+
+def worker_logging() -> None:
+    """Logging of a Ray worker that trains study runs. Why: a worker starts with Python's defaults, where
+    Lightning's INFO lines reach the study's log (``log_to_driver``) for every run and the runs' own progress
+    lines do not, so a study's log showed model summaries and no step rate."""
+    import lightning  # noqa: F401  (it sets its loggers' levels when imported: import it first)
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in WORKER_QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for name in WORKER_INFO:
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
+def execute_on_worker(*args, **kwargs) -> str:
+    """:func:`execute` in a Ray worker, with :func:`worker_logging`."""
+    worker_logging()
+    return execute(*args, **kwargs)
+
+
 def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path, options: StudyOptions,
             threads: int | None = None, callbacks=()) -> str:
     """Train, evaluate and record one (run, seed) in its folder; returns a log line. A run that raises (a
@@ -322,7 +348,7 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
     import ray
 
     cpus, gpus = ray_resources(options)
-    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(execute)
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(execute_on_worker)
     pending = {}
     for k, (run, seed) in enumerate(todo, 1):
         logger.info("[%d/%d] %s seed %d: training (Ray task)", k, len(todo), run.name, seed)
