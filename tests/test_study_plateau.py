@@ -166,7 +166,9 @@ def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():
 
     from composer.study.execute import WORKER_INFO, WORKER_QUIET, worker_logging
 
-    names = ("lightning.pytorch", "composer.training.fit", "composer.study", "crg")
+    import composer.training.fit  # noqa: F401  (Lightning's loggers as they are before the call)
+
+    names = (*WORKER_QUIET, *WORKER_INFO)
     before = {n: logging.getLogger(n).level for n in names}
     try:
         worker_logging()

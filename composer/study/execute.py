@@ -251,7 +251,7 @@ def worker_logging() -> None:
     """Logging of a Ray worker that trains study runs. Why: a worker starts with Python's defaults, where
     Lightning's INFO lines reach the study's log (``log_to_driver``) for every run and the runs' own progress
     lines do not, so a study's log showed model summaries and no step rate."""
-    import lightning  # noqa: F401  (it sets its loggers' levels when imported: import it first)
+    import composer.training.fit  # noqa: F401  (imports Lightning, which sets its loggers' levels: first)
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
