@@ -469,3 +469,23 @@ def test_a_killed_study_resumes_and_trains_no_finished_run_again(world_env, run_
     assert json.loads((out / "results.json").read_text())["study"]["complete"]
     for name in ("vse", "flat"):  # overwritten, not resumed: one training log per run folder
         assert [p.name for p in (out / "runs" / name / "seed0" / "logs").iterdir()] == ["version_0"]
+
+
+def test_a_study_started_with_a_relative_out_resumes_from_another_directory(world_env, run_study, monkeypatch,
+                                                                            tmp_path):
+    """The study's data paths (hard negatives, MCD split) are handed to every run and saved; started as
+    ``--out study`` in one directory and grown from another, the new run must find them (it did not: its
+    paths were relative to the first directory)."""
+    _, call = run_study
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    monkeypatch.chdir(first)
+    call("--data", "world", "--out", "study", "--profile", "smoke", "--runs", "vse")
+    monkeypatch.chdir(second)
+    from composer.study.data import EvalSets
+
+    monkeypatch.setattr(EvalSets, "_shared", {})  # as a new process (a Ray worker) would: nothing read yet
+    call("--data", "world", "--out", str(first / "study"), "--profile", "smoke", "--runs", "vse,composer")
+    results = json.loads((first / "study" / "results.json").read_text())
+    assert results["study"]["complete"] and results["study"]["failed"] == {}
+    assert "counts" in results["runs"]["composer"]["seeds"]["0"]["hard_negatives"]
