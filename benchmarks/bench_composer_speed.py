@@ -1,6 +1,6 @@
 """COMPOSER and the flat model on CPU: the fast path against the padded reference, in one interleaved run.
 
-    python benchmarks/bench_composer_speed.py                       # README job's settings, 50 steps, 100 x 500
+    python benchmarks/bench_composer_speed.py                       # the README job's settings before a7d34ce, 50 steps, 100 x 500
     python benchmarks/bench_composer_speed.py --steps 6 --eval-images 20 --models composer   # a quick look
     python benchmarks/bench_composer_speed.py --write-docs          # also write the docs/benchmarks.md section
 
@@ -11,9 +11,10 @@ Composition Transformer layer, each level projecting the images' keys again, eva
 same batches, taking turns (neighbouring steps see the same machine speed: on a shared machine the speed
 drifts by tens of percent over seconds), so their ratio is measured under the same load.
 
-Training: the README job's settings (``composer/training/recipes.py``: the world of 3,000 images, preset
+Training: the README job's settings before a7d34ce (the issue's baseline; since then the job trains
+``small-minilm`` at batch 64 on 15,000 images): the world of 3,000 images, preset
 ``small``, batch 32 positives x (1 + 3) pairs, 14 regions + the global one, lr 5e-4, gradients clipped at
-1), each module's own ``training_step`` + backward + clipping + its (fused Adam) step, without a Trainer and
+1; each module's own ``training_step`` + backward + clipping + its (fused Adam) step, without a Trainer and
 without the warm-up schedule (a constant rate: what is compared is two paths on identical weights). Reported:
 positives per second (batch size / median step time), thread CPU seconds per step (less sensitive to other
 jobs' load than wall time) and the largest difference between the two paths' losses over the steps.
@@ -189,7 +190,7 @@ def report_text(args, info: dict, results: dict[str, ModelResult], command: str)
              f"threads; load average {info['load'][0]:.1f} at start and {info['load'][1]:.1f} at the end (the "
              "machine was shared with other jobs: wall times are noisy, the ratios come from the two paths "
              "taking turns step by step in one run).", "",
-             f"The README job's settings: generated world ({args.world_images:,} images), preset `small`, batch "
+             f"The README job's settings before a7d34ce (the issue's baseline): generated world ({args.world_images:,} images), preset `small`, batch "
              f"{args.batch_size} positives x (1 + {info['negatives']}) pairs, {info['regions']} regions, Adam at "
              f"{README_LR} with gradients clipped at {README_CLIP}; {args.warmup} warm-up + "
              f"{args.steps - args.warmup} timed steps per path. Evaluation: {info['eval_images']} test images x "

@@ -18,7 +18,7 @@ b. ``scoring``: 1,000 images x 5,000 captions on random features (``paper`` size
    weights). COMPOSER scores image blocks until its budget is spent; the 1K x 5K time is then the
    measured pairs per second scaled (``extrapolated`` says so).
 c. ``plateau``: COMPOSER and VSE at seed 0 with the ``converge`` study profile's settings (its 15,000-image
-   world, five times the README job's; its budget of 160,000 positives, validation cadence, patience,
+   world; its budget of 160,000 positives, validation cadence, patience,
    minimum and schedule shape; :func:`converge_at`) at a GPU-sized batch (``--batch-size``, 256) and a
    wall-clock budget per model.
 

@@ -12,11 +12,11 @@ compositional world of the size whose training split holds that many images (the
 its curve is kept), and a budget of ``--steps`` steps for every size. A finished run (``results.json``)
 is read back, an interrupted one resumed (``--resume``'s checkpoint), so the command can be rerun.
 
-Why a schedule in steps: the world recipe's learning-rate schedule is in epochs (warm-up 0.4 epoch, /10 at
+Why a schedule in steps: the world recipe's learning-rate schedule is in epochs (when the table was measured: warm-up 0.4 epoch, /10 at
 epoch 2), so at 36K images a 2,000-step run would still be warming up and at 1.8K images it would decay
 after 560 steps -- the size would change the schedule, not only the data. Here the cpu profile's schedule
 shape (its warm-up share and /10 points, ``composer.study.config.Schedule``) is laid over ``--steps``
-whatever the epoch length, as the study's ``build_run`` does: the recipe's epoch-based fields are set to
+whatever the epoch length, as the study's ``study_schedule`` does: the recipe's epoch-based fields are set to
 the fractions of an epoch those steps are.
 
 Outputs: ``OUT/table.md`` (rows: model; columns: training images; cells: val R@1 at the end and the best,

@@ -222,8 +222,8 @@ _WORLD_DATA = {"max_regions": 14, "eval_images": 100, "world_images": 15000}
 # text sits at chance for hundreds of steps, issue 17), a 281-step warm-up (0.4 epoch) to 5e-4, gradients
 # clipped at 1 (docs/composer.md, "Learning from scratch": the paper's 4e-5 leaves a random-init model at
 # chance). Validation every 3 epochs, so none in the one epoch (100 images x 500 captions of full cross-scoring
-# cost a minute), so that generation + graph + training + test fit the README's 8 minutes on 2 cores (7 min 01 s
-# measured). The job before issue 31: ``small`` (random-init text), batch 32, 3 epochs (/10 for the last) on
+# cost a minute), so that generation + graph + training + test take under 8 minutes on 2 cores (6 min 55 s
+# measured, README). The job before issue 31: ``small`` (random-init text), batch 32, 3 epochs (/10 for the last) on
 # the 3,000-image world.
 _COMPOSER_WORLD = {**_WORLD_DATA, "preset": "small-minilm", "epochs": 1, "lr": 5e-4, "warmup_epochs": 0.4,
                    "decay_epochs": (), "grad_clip": 1.0, "batch_size": 64, "val_every": 3}

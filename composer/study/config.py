@@ -451,7 +451,7 @@ _CPU = StudyProfile(
     # its text tower from scratch, as IL-CLIP does
     presets={"composer": "small-minilm", "flat": "small-minilm", "vse": "small-minilm"},
     # COMPOSER and the flat model: VSE's 150 steps at batch 64 (9,600 positives, 1.1 epochs of the 1,800
-    # training images' captions). At the world's batch 32 x 300 steps (the same positives) COMPOSER left
+    # training images' captions). At the former world recipe's batch 32 x 300 steps (the same positives) COMPOSER left
     # chance in 1 of 3 seeds; at 64 x 150 the two that stayed at chance left it too (docs/results.md,
     # "Batch size and the plateau"); ablations on one seed
     schedules={"composer": Schedule(steps=150, batch_size=64, warmup_fraction=0.2),

@@ -212,7 +212,7 @@ def _paper() -> dict[str, Any]:
 
 def _small() -> dict[str, Any]:
     """The paper's steps / 20 (same 6:1:5:6 proportions): 1,800 steps, ~10 epochs of the 3,000-image
-    world at batch 64 (~190 steps per epoch); warm-up 500 / 20 = 25 steps."""
+    world at batch 64 (~190 steps per epoch; ~2.6 epochs of the 15,000-image default world); warm-up 500 / 20 = 25 steps."""
     return {"t_warm": 300, "t_distill": 50, "t_interact": 250, "generations": 4, "t_extend": 300,
             "lr_warmup_steps": 25}
 
