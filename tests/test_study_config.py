@@ -5,6 +5,8 @@ what it receives is what this tests (the runs themselves are tests/test_run_stud
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -62,3 +64,22 @@ def test_an_unknown_profile_or_key_is_refused_before_anything_runs(tmp_path, rec
     with pytest.raises(SystemExit, match="workers"):
         cli.main(["--config", str(bad), "--out", str(tmp_path / "y")])
     assert not recorded and not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_a_study_folder_survives_a_profile_setting_added_later_with_none(tmp_path):
+    """study.json written before a None-defaulted profile setting existed still matches; a changed setting
+    is refused, named."""
+    import json
+
+    from composer.study.data import check_study_dir
+
+    profile = PROFILES["smoke"]
+    check_study_dir(tmp_path, profile, "world")  # writes study.json
+    stored = json.loads((tmp_path / "study.json").read_text())
+    none_keys = [k for k, v in stored["profile"].items() if v is None]
+    assert none_keys
+    del stored["profile"][none_keys[0]]  # as if written before that setting existed
+    (tmp_path / "study.json").write_text(json.dumps(stored))
+    check_study_dir(tmp_path, profile, "world")
+    with pytest.raises(SystemExit, match=r"world_images: 80 there, 81 now"):
+        check_study_dir(tmp_path, replace(profile, world_images=81), "world")

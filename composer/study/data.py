@@ -16,7 +16,7 @@ import numpy as np
 
 from composer.models.common.config import plain_config
 from composer.study.config import StudyProfile
-from crg.outputs import write_json_atomic
+from crg.outputs import settings_diff, write_json_atomic
 
 __all__ = ["PRUNE_SEED", "STUDY_PARSER", "EvalSets", "candidate_split_labels", "check_study_dir", "make_mcd_windows",
            "prepare_data"]
@@ -35,16 +35,17 @@ def _profile_fingerprint(profile: StudyProfile) -> dict:
 
 
 def check_study_dir(out: Path, profile: StudyProfile, data: str) -> None:
-    """Refuse to mix profiles in one directory (seeds and runs may grow)."""
+    """Refuse to mix profiles in one directory (seeds and runs may grow). A profile setting added to the
+    library later with None as "as before" (absent in the folder's ``study.json``) is no difference, as for a
+    run's settings (:func:`crg.outputs.settings_diff`): a long study survives such an update."""
     path = out / "study.json"
     want = {"data": data, "profile": _profile_fingerprint(profile)}
     if path.exists():
         have = json.loads(path.read_text())
-        if have != want:
-            differ = sorted(k for k in set(have["profile"]) | set(want["profile"])
-                            if have["profile"].get(k) != want["profile"].get(k))
+        differ = settings_diff(have, json.loads(json.dumps(want)))  # (tuples as the file holds them: lists)
+        if differ:
             raise SystemExit(f"error: {out} holds a study with other settings (profile {have['profile']['name']!r}, "
-                             f"data {have['data']!r}; differing: {differ or ['data']}); use another --out, or "
+                             f"data {have['data']!r}; {'; '.join(differ)}); use another --out, or "
                              f"delete {out} to start over")
     else:
         write_json_atomic(path, want)
