@@ -489,3 +489,23 @@ def test_a_study_started_with_a_relative_out_resumes_from_another_directory(worl
     results = json.loads((first / "study" / "results.json").read_text())
     assert results["study"]["complete"] and results["study"]["failed"] == {}
     assert "counts" in results["runs"]["composer"]["seeds"]["0"]["hard_negatives"]
+
+
+def test_a_moved_study_folder_still_finds_its_data(world_env, run_study, monkeypatch, tmp_path):
+    """study_data.json keeps the folder's own paths relative to it: a study moved (or reached under another
+    mount point) and grown there trains its new run on the moved data."""
+    import shutil
+
+    from composer.study.data import EvalSets
+
+    _, call = run_study
+    call("--data", "world", "--out", str(tmp_path / "here"), "--profile", "smoke", "--runs", "vse")
+    stored = json.loads((tmp_path / "here" / "data" / "study_data.json").read_text())
+    assert not Path(stored["hard_negatives"]["path"]).is_absolute() and not Path(stored["mcd"]["path"]).is_absolute()
+    shutil.move(tmp_path / "here", tmp_path / "there")
+    monkeypatch.setattr(EvalSets, "_shared", {})  # a new process: nothing read yet
+    call("--data", "world", "--out", str(tmp_path / "there"), "--profile", "smoke", "--runs", "vse,composer")
+    results = json.loads((tmp_path / "there" / "results.json").read_text())
+    assert results["study"]["complete"] and results["study"]["failed"] == {}
+    assert results["runs"]["composer"]["seeds"]["0"]["mcd"]["num_images"] >= 1
+    assert str(tmp_path / "there") in results["study"]["data"]["hard_negatives"]["path"]

@@ -7,8 +7,10 @@ Every graph of the study is built as its training graphs are: from the world's g
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -55,7 +57,7 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     """The world, its MCD split and windows, and the hard-negative set (once per study directory)."""
     path = out / "data" / "study_data.json"
     if path.exists():
-        return json.loads(path.read_text())
+        return _study_paths(json.loads(path.read_text()), lambda p: str(out / p))
     started = time.perf_counter()
     from composer.study.evaluation import world_hard_negative_set
     from composer.training.data import CompositionDataModule, DataConfig
@@ -84,7 +86,21 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
                       "images": profile.world_images},
             "mcd": mcd, "hard_negatives": {"path": str(hn_path), **hn_summary},
             "seconds": round(time.perf_counter() - started, 1)}
-    write_json_atomic(path, data)
+    write_json_atomic(path, _study_paths(data, lambda p: os.path.relpath(p, out)))
+    return data
+
+
+def _study_paths(data: dict, convert) -> dict:
+    """A copy of ``data`` with the paths inside the study folder (MCD split, windows, hard negatives) passed
+    through ``convert``. Why: ``study_data.json`` keeps them relative to the folder and :func:`prepare_data`
+    joins them to it, so that a study folder can be moved or reached under another mount point (an older
+    file's absolute paths stay as they are: ``out / "/abs"`` is ``/abs``). The world lies outside the folder."""
+    data = copy.deepcopy(data)
+    mcd = data["mcd"]
+    mcd["dir"], mcd["path"] = convert(mcd["dir"]), convert(mcd["path"])
+    for window in mcd["windows"]:
+        window["path"] = convert(window["path"])
+    data["hard_negatives"]["path"] = convert(data["hard_negatives"]["path"])
     return data
 
 
