@@ -62,11 +62,13 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
         chosen = finish_search(out, points, runs, seeds, profile)
         if search_only:
             return {"search": chosen}
-    runs = [with_chosen_recipe(r, read_chosen(out)) for r in runs]
+    chosen = read_chosen(out)
+    runs = [with_chosen_recipe(r, chosen) for r in runs]
+    tasks = study_tasks(runs, seeds, profile)
     if not report_only:
-        run_tasks(study_tasks(runs, seeds, profile), profile, study_data, out, options)
+        run_tasks(tasks, profile, study_data, out, options)
     results = write_results(out, profile=plain_config(profile), seeds=seeds, runs=[r.name for r in runs],
-                            expected=[(r.name, s) for r, s in study_tasks(runs, seeds, profile)], data=study_data,
-                            recipes=read_chosen(out), wall_seconds=time.perf_counter() - started)
+                            expected=[(r.name, s) for r, s in tasks], data=study_data, recipes=chosen,
+                            wall_seconds=time.perf_counter() - started)
     render_report(out, results)
     return results
