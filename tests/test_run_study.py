@@ -246,7 +246,7 @@ def run_study(caplog):
     from composer.cli import study as cli
     from composer.study import execute
 
-    levels = {n: logging.getLogger(n).level for n in (*cli.QUIET_LOGGERS, "composer.study")}
+    levels = {n: logging.getLogger(n).level for n in (*execute.QUIET_LOGGERS, "composer.study")}
 
     def call(*argv: str, code: int = 0) -> list[str]:
         caplog.clear()

@@ -36,9 +36,6 @@ __all__ = ["build_argparser", "main"]
 
 logger = logging.getLogger(__name__)
 
-QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "crg", "composer", "features")
-
-
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gc-study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,11 +118,9 @@ def main(argv=None) -> int:
         ap.error("--out is required (the study's folder)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # one line per run; the libraries' chatter only with --verbose
-        import lightning  # noqa: F401  (it sets its loggers' levels when imported: import it first)
+        from composer.study.execute import quiet_library_logging
 
-        for name in QUIET_LOGGERS:
-            logging.getLogger(name).setLevel(logging.WARNING)
-        logging.getLogger("composer.study").setLevel(logging.INFO)  # the study's own progress lines
+        quiet_library_logging()
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*number of training batches.*")
     warnings.filterwarnings("ignore", message=".*treespec.*")  # a deprecation inside Lightning

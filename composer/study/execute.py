@@ -241,24 +241,29 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
     return result
 
 
-# what a Ray worker logs: the libraries' INFO chatter off (Lightning's seed and model-summary lines, once per run),
-# the study's lines and each plateau run's progress line (step, loss, steps/s, ETA, once a minute) on
-WORKER_QUIET = ("lightning.pytorch", "lightning.fabric", "crg", "features", "composer")
-WORKER_INFO = ("composer.study", "composer.training.fit")
+# the libraries' loggers a study keeps at WARNING (Lightning's seed and model-summary lines, once per run), in
+# gc-study's process (unless --verbose) and in its Ray workers alike
+QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "crg", "features", "composer")
+
+
+def quiet_library_logging(*info: str) -> None:
+    """:data:`QUIET_LOGGERS` at WARNING; the study's own lines (``composer.study``) and ``info``'s at INFO."""
+    import composer.training.fit  # noqa: F401  (imports Lightning, which sets its loggers' levels: first)
+
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for name in ("composer.study", *info):
+        logging.getLogger(name).setLevel(logging.INFO)
 
 
 def worker_logging() -> None:
-    """Logging of a Ray worker that trains study runs. Why: a worker starts with Python's defaults, where
+    """Logging of a Ray worker that trains study runs: the driver's levels plus each plateau run's progress
+    line (step, loss, steps/s, ETA, once a minute). Why: a worker starts with Python's defaults, where
     Lightning's INFO lines reach the study's log (``log_to_driver``) for every run and the runs' own progress
     lines do not, so a study's log showed model summaries and no step rate."""
-    import composer.training.fit  # noqa: F401  (imports Lightning, which sets its loggers' levels: first)
-
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in WORKER_QUIET:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for name in WORKER_INFO:
-        logging.getLogger(name).setLevel(logging.INFO)
+    quiet_library_logging("composer.training.fit")
 
 
 def execute_on_worker(*args, **kwargs) -> str:
