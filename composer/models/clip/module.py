@@ -129,7 +129,7 @@ class ClipModule(RetrievalModule):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """AdamW (Table 5); weight decay on matrices, embeddings and codes, none on gains, biases, t, [CLS]."""
-        return _adamw(self.model, self.il, fused=self.fused_optimizer_allowed(list(self.model.parameters())))
+        return _adamw(self.model, self.il, fused=not self.clips_under_mixed_precision())
 
     def configure_optimizers(self):
         opt = self.make_optimizer()
@@ -334,7 +334,7 @@ class ClipModule(RetrievalModule):
 
 def _adamw(module: nn.Module, il: ILConfig, *, lr: float | None = None, fused: bool = True) -> torch.optim.AdamW:
     """AdamW with decay on parameters of 2+ dimensions only (open_clip's rule); fused where torch can and
-    ``fused`` allows (:meth:`RetrievalModule.fused_optimizer_allowed`)."""
+    ``fused`` allows (:meth:`RetrievalModule.clips_under_mixed_precision`)."""
     params = [p for p in module.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]

@@ -111,13 +111,16 @@ class RetrievalModule(L.LightningModule):
         return torch.optim.Adam(params, lr=self.optim.lr, fused=self.fused_optimizer_allowed(params))
 
     def fused_optimizer_allowed(self, params) -> bool:
-        """:func:`fused_optimizer_supported`, unless the Trainer clips gradients under mixed precision:
-        Lightning's mixed-precision plugin refuses to clip a fused optimizer's gradients (a fused optimizer
-        unscales fp16 gradients itself, after the clip would have run), and it says so for bf16 too. Such
-        a run takes the default (foreach) Adam, the same update."""
+        """:func:`fused_optimizer_supported`, unless :meth:`clips_under_mixed_precision`."""
+        return fused_optimizer_supported(params) and not self.clips_under_mixed_precision()
+
+    def clips_under_mixed_precision(self) -> bool:
+        """Whether the Trainer clips gradients under mixed precision. Why it matters: Lightning's
+        mixed-precision plugin refuses to clip a fused optimizer's gradients (a fused optimizer unscales fp16
+        gradients itself, after the clip would have run), and it says so for bf16 too; such a run takes the
+        default (foreach) optimizer, the same update."""
         trainer = self._trainer
-        clips_amp = trainer is not None and bool(trainer.gradient_clip_val) and "mixed" in str(trainer.precision)
-        return fused_optimizer_supported(params) and not clips_amp
+        return trainer is not None and bool(trainer.gradient_clip_val) and "mixed" in str(trainer.precision)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Random states, so that dropout after a resume draws what it would have drawn."""
