@@ -362,10 +362,10 @@ def converge_at(cfg: CheckConfig):
     profile = get_profile("converge")
     steps = math.ceil(cfg.max_positives / cfg.batch_size)
     schedules = {k: replace(v, steps=steps, batch_size=cfg.batch_size) for k, v in profile.schedules.items()}
+    given = {"val_every_positives": cfg.val_every_positives, "min_positives": cfg.min_positives,
+             "val_images": cfg.val_images}
     plateau = replace(profile.plateau, max_positives=cfg.max_positives, asha_grace_positives=None,  # no search here
-                      **({} if cfg.val_every_positives is None else {"val_every_positives": cfg.val_every_positives}),
-                      **({} if cfg.min_positives is None else {"min_positives": cfg.min_positives}),
-                      **({} if cfg.val_images is None else {"val_images": cfg.val_images}))
+                      **{k: v for k, v in given.items() if v is not None})
     presets = profile.presets if cfg.train_preset is None else {m: cfg.train_preset for m in profile.presets}
     return replace(profile, world_images=cfg.world_images, eval_images=cfg.eval_images, num_workers=cfg.num_workers,
                    schedules=schedules, plateau=plateau, presets=presets, runs=("composer", "vse"))
