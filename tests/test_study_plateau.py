@@ -140,24 +140,69 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
     assert all(p.setting in table for p in points)
 
 
-class _Grid:
-    """The part of Tune's ResultGrid the check reads."""
+class _Result:
+    """The part of Tune's Result the check reads: the last metrics (with Tune's ``done`` flag) and the error."""
 
-    def __init__(self, trials: int, terminated: int, errors: int):
-        self.trials, self.num_terminated, self.num_errors = trials, terminated, errors
-
-    def __len__(self):
-        return self.trials
+    def __init__(self, done: bool | None, error: Exception | None = None):
+        self.metrics = {} if done is None else {"val_R@1": 10.0, "done": done}
+        self.error = error
 
 
 def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
-    """Tuner.fit() returns after a stop signal (state saved, trials unfinished): the study must not choose a
-    configuration from half-trained trials and go on to the next model (seen on the converge study)."""
+    """Tuner.fit() returns after a stop signal with the running trials stopped and TERMINATED, like ASHA's cuts:
+    the study must not choose a configuration from half-trained trials and go on to the next model (seen twice
+    on the converge study; the first check counted TERMINATED trials and let the second one through)."""
     from composer.study.asha import SearchInterrupted, check_search_complete
 
-    check_search_complete("vse", _Grid(6, terminated=4, errors=2), tmp_path)  # ASHA-stopped trials terminate too
-    with pytest.raises(SearchInterrupted, match=r"composer stopped with 2 of 6 trials unfinished.*rerun"):
-        check_search_complete("composer", _Grid(6, terminated=3, errors=1), tmp_path)
+    done = [_Result(True), _Result(True), _Result(None, RuntimeError("out of memory"))]  # finished, cut, errored
+    check_search_complete("vse", done, tmp_path)
+    with pytest.raises(SearchInterrupted, match=r"composer stopped with 2 of 4 trials unfinished.*rerun"):
+        check_search_complete("composer", done[:2] + [_Result(False), _Result(None)], tmp_path)  # running, pending
+
+
+@pytest.mark.slow  # a Ray cluster and four Tune trials: about 30 s
+def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path):
+    """The same check against Ray Tune itself: SIGINT in the middle of an ASHA search, Tune returns normally,
+    and the check raises; the uninterrupted search passes it (ASHA's cuts included)."""
+    import signal
+    import threading
+
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from composer.study.asha import SearchInterrupted, check_search_complete
+
+    def reporting_trial(config):  # defined here so that Ray ships it by value (workers cannot import tests/)
+        import time
+
+        from ray import tune
+
+        for step in range(1, 60):
+            time.sleep(0.2)
+            tune.report({"val_R@1": config["x"] * step, "positives": step})
+
+    def search(name, interrupt_after_s=None):
+        scheduler = ASHAScheduler(time_attr="positives", metric="val_R@1", mode="max", max_t=1000, grace_period=2,
+                                  reduction_factor=2)
+        tuner = tune.Tuner(reporting_trial, param_space={"x": tune.grid_search([1, 2, 3, 4])},
+                           tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=4),
+                           run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0))
+        if interrupt_after_s is not None:
+            threading.Timer(interrupt_after_s, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        return tuner.fit()
+
+    ray.init(num_cpus=4, include_dashboard=False)
+    try:
+        interrupted = search("interrupted", interrupt_after_s=6.0)
+        complete = search("complete")
+    finally:
+        ray.shutdown()
+    assert interrupted.num_terminated == len(interrupted)  # why counting TERMINATED trials was not enough
+    with pytest.raises(SearchInterrupted):
+        check_search_complete("toy", interrupted, tmp_path)
+    check_search_complete("toy", complete, tmp_path)
+    assert any(result.metrics["positives"] < 59 for result in complete)  # ASHA cut some: cuts count as done
 
 
 def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():

@@ -37,10 +37,12 @@ class SearchInterrupted(RuntimeError):
 
 
 def check_search_complete(model: str, grid, path: Path) -> None:
-    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) terminated or
-    errored. Why: on SIGINT / SIGTERM ``Tuner.fit()`` saves its state and *returns*, and a study that went on
-    would choose this model's configuration from half-trained trials and start the next model's search."""
-    unfinished = len(grid) - grid.num_terminated - grid.num_errors
+    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) is done (finished,
+    or stopped by ASHA) or errored. Why: on SIGINT ``Tuner.fit()`` saves its state, stops the running trials and
+    *returns*; their status then reads TERMINATED like ASHA's cuts, and only their last result's ``done`` flag
+    (set by Tune when a trial finishes or its scheduler stops it) tells them apart. A study that went on would
+    choose this model's configuration from half-trained trials and start the next model's search."""
+    unfinished = sum(1 for result in grid if result.error is None and not (result.metrics or {}).get("done"))
     if unfinished:
         raise SearchInterrupted(f"the recipe search of {model} stopped with {unfinished} of {len(grid)} trials "
                                 f"unfinished (a stop signal?); its state is saved in {path}: rerun the same "
