@@ -141,9 +141,10 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
 
 
 class _Result:
-    """The part of Tune's Result the check reads: the last metrics (with Tune's ``done`` flag) and the error."""
+    """The part of Tune's Result the check reads: the point, the last metrics (Tune's ``done`` flag) and the error."""
 
-    def __init__(self, done: bool | None, error: Exception | None = None):
+    def __init__(self, point: str, done: bool | None, error: Exception | None = None):
+        self.config = {"point": point}
         self.metrics = {} if done is None else {"val_R@1": 10.0, "done": done}
         self.error = error
 
@@ -154,10 +155,13 @@ def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
     on the converge study; the first check counted TERMINATED trials and let the second one through)."""
     from composer.study.asha import SearchInterrupted, check_search_complete
 
-    done = [_Result(True), _Result(True), _Result(None, RuntimeError("out of memory"))]  # finished, cut, errored
-    check_search_complete("vse", done, tmp_path)
+    # a run that ended by itself (its result written; a restored Tuner reports done=False), a cut, an error
+    done = [_Result("a", False), _Result("b", True), _Result("c", None, RuntimeError("out of memory"))]
+    check_search_complete("vse", done, {"a"}, tmp_path)
     with pytest.raises(SearchInterrupted, match=r"composer stopped with 2 of 4 trials unfinished.*rerun"):
-        check_search_complete("composer", done[:2] + [_Result(False), _Result(None)], tmp_path)  # running, pending
+        check_search_complete("composer", done[:2] + [_Result("d", False), _Result("e", None)], {"a"}, tmp_path)
+    with pytest.raises(SearchInterrupted, match=r"1 of 1"):
+        check_search_complete("composer", [_Result("a", False)], set(), tmp_path)  # no result: interrupted
 
 
 @pytest.mark.slow  # a Ray cluster and four Tune trials: about 30 s
@@ -180,12 +184,12 @@ def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path
 
         for step in range(1, 60):
             time.sleep(0.2)
-            tune.report({"val_R@1": config["x"] * step, "positives": step})
+            tune.report({"val_R@1": config["point"] * step, "positives": step})
 
     def search(name, interrupt_after_s=None):
         scheduler = ASHAScheduler(time_attr="positives", metric="val_R@1", mode="max", max_t=1000, grace_period=2,
                                   reduction_factor=2)
-        tuner = tune.Tuner(reporting_trial, param_space={"x": tune.grid_search([1, 2, 3, 4])},
+        tuner = tune.Tuner(reporting_trial, param_space={"point": tune.grid_search([1, 2, 3, 4])},
                            tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=4),
                            run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0))
         if interrupt_after_s is not None:
@@ -200,8 +204,8 @@ def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path
         ray.shutdown()
     assert interrupted.num_terminated == len(interrupted)  # why counting TERMINATED trials was not enough
     with pytest.raises(SearchInterrupted):
-        check_search_complete("toy", interrupted, tmp_path)
-    check_search_complete("toy", complete, tmp_path)
+        check_search_complete("toy", interrupted, set(), tmp_path)
+    check_search_complete("toy", complete, set(), tmp_path)
     assert any(result.metrics["positives"] < 59 for result in complete)  # ASHA cut some: cuts count as done
 
 

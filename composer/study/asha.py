@@ -36,13 +36,16 @@ class SearchInterrupted(RuntimeError):
     """A model's search ended with trials still pending or running (Tune's answer to a stop signal)."""
 
 
-def check_search_complete(model: str, grid, path: Path) -> None:
-    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) is done (finished,
-    or stopped by ASHA) or errored. Why: on SIGINT ``Tuner.fit()`` saves its state, stops the running trials and
-    *returns*; their status then reads TERMINATED like ASHA's cuts, and only their last result's ``done`` flag
-    (set by Tune when a trial finishes or its scheduler stops it) tells them apart. A study that went on would
-    choose this model's configuration from half-trained trials and start the next model's search."""
-    unfinished = sum(1 for result in grid if result.error is None and not (result.metrics or {}).get("done"))
+def check_search_complete(model: str, grid, finished: set[str], path: Path) -> None:
+    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) finished its run
+    (its point is in ``finished``: the run wrote its result), was stopped by ASHA or errored. Why: on SIGINT
+    ``Tuner.fit()`` saves its state, stops the running trials and *returns*; their status then reads TERMINATED
+    like ASHA's cuts, and only the last result's ``done`` flag, which Tune sets when its scheduler stops a trial,
+    tells a cut from an interruption (a run that ended by itself is known by its result file: a restored Tuner
+    does not keep its ``done``). A study that went on would choose this model's configuration from half-trained
+    trials and start the next model's search."""
+    unfinished = sum(1 for result in grid if result.config["point"] not in finished and result.error is None
+                     and not (result.metrics or {}).get("done"))
     if unfinished:
         raise SearchInterrupted(f"the recipe search of {model} stopped with {unfinished} of {len(grid)} trials "
                                 f"unfinished (a stop signal?); its state is saved in {path}: rerun the same "
@@ -101,12 +104,13 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
                                run_config=tune.RunConfig(name=model, storage_path=str(storage), verbose=0))
         logger.info("recipe search (ASHA) of %s: %d configurations", model, len(pts))
         grid = tuner.fit()
-        check_search_complete(model, grid, storage / model)
+        finished = {name for name, point in pts.items()
+                    if (run_dir(out, search_tasks([point])[0][0], SEARCH_SEED) / RESULT).exists()}
+        check_search_complete(model, grid, finished, storage / model)
         for result in grid:
             name = result.config["point"]
-            finished = (run_dir(out, search_tasks([pts[name]])[0][0], SEARCH_SEED) / RESULT).exists()
             reached = (result.metrics or {}).get(TIME)
-            status[name] = {"model": model, "finished": finished,
-                            "stopped_at_positives": None if finished else reached,
+            status[name] = {"model": model, "finished": name in finished,
+                            "stopped_at_positives": None if name in finished else reached,
                             "error": None if result.error is None else str(result.error).splitlines()[0]}
         write_json_atomic(out / ASHA_FILE, status)
