@@ -153,7 +153,7 @@ def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
     """Tuner.fit() returns after a stop signal with the running trials stopped and TERMINATED, like ASHA's cuts:
     the study must not choose a configuration from half-trained trials and go on to the next model (seen twice
     on the converge study; the first check counted TERMINATED trials and let the second one through)."""
-    from composer.study.asha import SearchInterrupted, check_search_complete
+    from composer.study.search import SearchInterrupted, check_search_complete
 
     # a run that ended by itself (its result written; a restored Tuner reports done=False), a cut, an error
     done = [_Result("a", False), _Result("b", True), _Result("c", None, RuntimeError("out of memory"))]
@@ -175,7 +175,7 @@ def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from composer.study.asha import SearchInterrupted, check_search_complete
+    from composer.study.search import SearchInterrupted, check_search_complete
 
     def reporting_trial(config):  # defined here so that Ray ships it by value (workers cannot import tests/)
         import time
@@ -224,7 +224,7 @@ def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():
         assert logging.getLogger("lightning.pytorch").getEffectiveLevel() == logging.WARNING
         assert logging.getLogger("crg").getEffectiveLevel() == logging.WARNING
         assert logging.getLogger("composer.training.fit").isEnabledFor(logging.INFO)
-        assert logging.getLogger("composer.study.asha").isEnabledFor(logging.INFO)
+        assert logging.getLogger("composer.study.search").isEnabledFor(logging.INFO)
         assert not logging.getLogger("composer.models").isEnabledFor(logging.INFO)
         assert {"composer.study", "composer.training.fit"} <= set(logging.root.manager.loggerDict)
         assert "composer" in QUIET_LOGGERS
