@@ -209,7 +209,7 @@ class Schedule:
         return self.steps if self.steps is not None else max(1, math.ceil(self.epochs * steps_per_epoch))
 
 
-@dataclass
+@dataclass(frozen=True)
 class StudyPlateau(PlateauConfig):
     """Training to the plateau in a study (issue 31): every run validates on the same val set every
     ``val_every_positives`` positive pairs, keeps its best weights by val R@1, stops after ``patience``

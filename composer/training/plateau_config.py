@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 __all__ = ["PlateauConfig"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlateauConfig:
     """When to validate, which weights to keep and when to stop (all off by default: the paper's schedule).
 
