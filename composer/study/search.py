@@ -264,9 +264,10 @@ def check_search_complete(model: str, grid, finished: set[str], path: Path) -> N
     like ASHA's cuts, and only the last result's ``done`` flag, which Tune sets when its scheduler stops a trial,
     tells a cut from an interruption (a run that ended by itself is known by its result file: a restored Tuner
     does not keep its ``done``). A study that went on would choose this model's configuration from half-trained
-    trials and start the next model's search."""
-    unfinished = sum(1 for result in grid if result.config["point"] not in finished and result.error is None
-                     and not (result.metrics or {}).get("done"))
+    trials and start the next model's search. A trial that never reported has no config (Tune's
+    ``Result.config`` is None): a stop before its first validation leaves it unfinished too."""
+    unfinished = sum(1 for result in grid if (result.config or {}).get("point") not in finished
+                     and result.error is None and not (result.metrics or {}).get("done"))
     if unfinished:
         raise SearchInterrupted(f"the recipe search of {model} stopped with {unfinished} of {len(grid)} trials "
                                 f"unfinished (a stop signal?); its state is saved in {path}: rerun the same "
@@ -327,7 +328,9 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
         finished = {name for name in pts if (run_folder(out, name, SEARCH_SEED) / RESULT).exists()}
         check_search_complete(model, grid, finished, storage / model)
         for result in grid:
-            name = result.config["point"]
+            name = (result.config or {}).get("point")
+            if name is None:  # an error before its first report: no result and no curve, a "failed" point
+                continue
             reached = (result.metrics or {}).get(TIME)
             status[name] = {"model": model, "finished": name in finished,
                             "stopped_at_positives": None if name in finished else reached,
