@@ -1,6 +1,7 @@
 """The settings of training to the plateau (:class:`PlateauConfig`), apart from its Lightning callbacks
-(:mod:`composer.training.plateau`), so that what only describes a run (a study's profiles, a recipe) needs
-no Lightning.
+(:mod:`composer.training.plateau`): a configuration that only describes runs (the study's
+:class:`composer.study.config.StudyPlateau` extends it) imports no Lightning through it. (The study's
+config still imports Lightning today, through ``composer.training.recipes`` when its runs are checked.)
 
 >>> p = PlateauConfig(val_every_positives=1000, patience=3, max_positives=10_000)
 >>> p.enabled, p.steps(p.val_every_positives, 32), p.steps(p.max_positives, 32)
