@@ -143,8 +143,8 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
 class _Result:
     """The part of Tune's Result the check reads: the point, the last metrics (Tune's ``done`` flag) and the error."""
 
-    def __init__(self, point: str, done: bool | None, error: Exception | None = None):
-        self.config = {"point": point}
+    def __init__(self, point: str | None, done: bool | None, error: Exception | None = None):
+        self.config = None if point is None else {"point": point}  # Tune's: None until the trial reports
         self.metrics = {} if done is None else {"val_R@1": 10.0, "done": done}
         self.error = error
 
@@ -153,7 +153,7 @@ def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
     """Tuner.fit() returns after a stop signal with the running trials stopped and TERMINATED, like ASHA's cuts:
     the study must not choose a configuration from half-trained trials and go on to the next model (seen twice
     on the converge study; the first check counted TERMINATED trials and let the second one through)."""
-    from composer.study.asha import SearchInterrupted, check_search_complete
+    from composer.study.search import SearchInterrupted, check_search_complete
 
     # a run that ended by itself (its result written; a restored Tuner reports done=False), a cut, an error
     done = [_Result("a", False), _Result("b", True), _Result("c", None, RuntimeError("out of memory"))]
@@ -162,6 +162,9 @@ def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
         check_search_complete("composer", done[:2] + [_Result("d", False), _Result("e", None)], {"a"}, tmp_path)
     with pytest.raises(SearchInterrupted, match=r"1 of 1"):
         check_search_complete("composer", [_Result("a", False)], set(), tmp_path)  # no result: interrupted
+    # stopped before its first report (seen on a loaded machine: the check raised a TypeError instead)
+    with pytest.raises(SearchInterrupted, match=r"1 of 2"):
+        check_search_complete("composer", [_Result(None, None), _Result(None, None, MemoryError())], set(), tmp_path)
 
 
 @pytest.mark.slow  # a Ray cluster and four Tune trials: about 30 s
@@ -175,7 +178,7 @@ def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from composer.study.asha import SearchInterrupted, check_search_complete
+    from composer.study.search import SearchInterrupted, check_search_complete
 
     def reporting_trial(config):  # defined here so that Ray ships it by value (workers cannot import tests/)
         import time
@@ -189,7 +192,9 @@ def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path
     def search(name, interrupt_after_s=None):
         scheduler = ASHAScheduler(time_attr="positives", metric="val_R@1", mode="max", max_t=1000, grace_period=2,
                                   reduction_factor=2)
-        tuner = tune.Tuner(reporting_trial, param_space={"point": tune.grid_search([1, 2, 3, 4])},
+        # the best first: a trial that reaches a rung after a better one is cut even when a loaded machine starts
+        # the trials one by one (in increasing order every newcomer was the best so far, and none was cut)
+        tuner = tune.Tuner(reporting_trial, param_space={"point": tune.grid_search([4, 3, 2, 1])},
                            tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=4),
                            run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0))
         if interrupt_after_s is not None:
@@ -224,7 +229,7 @@ def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():
         assert logging.getLogger("lightning.pytorch").getEffectiveLevel() == logging.WARNING
         assert logging.getLogger("crg").getEffectiveLevel() == logging.WARNING
         assert logging.getLogger("composer.training.fit").isEnabledFor(logging.INFO)
-        assert logging.getLogger("composer.study.asha").isEnabledFor(logging.INFO)
+        assert logging.getLogger("composer.study.search").isEnabledFor(logging.INFO)
         assert not logging.getLogger("composer.models").isEnabledFor(logging.INFO)
         assert {"composer.study", "composer.training.fit"} <= set(logging.root.manager.loggerDict)
         assert "composer" in QUIET_LOGGERS

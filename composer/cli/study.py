@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     from composer.study.config import get_profile, study_runs
     from composer.study.runner import run_study
     from crg.outputs import write_text_atomic
-    from composer.study.asha import SearchInterrupted
+    from composer.study.search import SearchInterrupted
     from crg.ray_engine import RayConnectError, check_address
 
     profile = get_profile(config.profile)

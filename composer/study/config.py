@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from composer.models import registry
+from composer.training.plateau_config import PlateauConfig
 
 MODELS = registry.names()  # the study's model names are the registry's
 
@@ -100,8 +101,8 @@ class StudyRun:
             raise ValueError(f"run {self.name!r}: IL settings apply to the CLIP family only, not {self.model!r}")
 
 
-_STRUCTURAL_KINDS = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")  # composer.training.structural_negatives.STRUCTURAL_KINDS
-_STRUCTURAL_EVALS = ("test", "hard_negatives")  # twin groups come with test; hard negatives: per kind, transfer
+_STRUCTURAL_KINDS = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")  # training.structural_negatives.STRUCTURAL_KINDS
+_TEST_HN = ("test", "hard_negatives")  # twin groups come with test; hard negatives: per kind, transfer
 
 RUNS: tuple[StudyRun, ...] = (
     # main models: COMPOSER Table 2 and Figure 4, IL-CLIP Table 1
@@ -141,30 +142,26 @@ RUNS: tuple[StudyRun, ...] = (
     StudyRun("flat_hardneg", "flat", "Flat cross-modal, one hard caption negative (ViLBERT's sampler)",
              overrides={"hard_negative_captions": 1}, evals=("test", "mcd", "val")),
     # IL-CLIP Table 4
-    StudyRun("il_cycle_short", "il_clip", "IL-CLIP, generation cycle x0.5", il_cycle_scale=0.5,
-             evals=("test", "hard_negatives")),
-    StudyRun("il_cycle_long", "il_clip", "IL-CLIP, generation cycle x2", il_cycle_scale=2.0,
-             evals=("test", "hard_negatives")),
-    StudyRun("il_spawn_vision", "il_clip", "IL-CLIP, spawn the vision agent", il={"spawn": "vision"},
-             evals=("test", "hard_negatives")),
+    StudyRun("il_cycle_short", "il_clip", "IL-CLIP, generation cycle x0.5", il_cycle_scale=0.5, evals=_TEST_HN),
+    StudyRun("il_cycle_long", "il_clip", "IL-CLIP, generation cycle x2", il_cycle_scale=2.0, evals=_TEST_HN),
+    StudyRun("il_spawn_vision", "il_clip", "IL-CLIP, spawn the vision agent", il={"spawn": "vision"}, evals=_TEST_HN),
     StudyRun("il_spawn_alternate", "il_clip", "IL-CLIP, spawn alternately", il={"spawn": "alternate"},
-             evals=("test", "hard_negatives")),
+             evals=_TEST_HN),
     StudyRun("il_no_freeze", "il_clip", "IL-CLIP, codebook not frozen in distillation",
-             il={"freeze_codebook": False}, evals=("test", "hard_negatives")),
-    StudyRun("il_no_codebook", "il_clip", "IL-CLIP without codebook", il={"use_codebook": False},
-             evals=("test", "hard_negatives")),
+             il={"freeze_codebook": False}, evals=_TEST_HN),
+    StudyRun("il_no_codebook", "il_clip", "IL-CLIP without codebook", il={"use_codebook": False}, evals=_TEST_HN),
     # issue 36: IL-CLIP Table 8's IL-NegCLIP (the same NegCLIP switch on IL-CLIP), and structural negatives (the
     # world's verified-false HN-ATOM / SWAP / NEG / COMP captions as extra caption negatives) for every model,
     # with leave-one-kind-out variants (transfer to the kind not trained on)
     StudyRun("il_negclip", "il_clip", "IL-NegCLIP (IL-CLIP + NegCLIP's negatives; sees twice the text)",
              il={"negclip": True}, evals=("test", "mcd", "hard_negatives")),
     *(StudyRun(f"{model}_structneg", model, f"{label} + structural negatives",
-               overrides={"structural_negatives": {"kinds": _STRUCTURAL_KINDS}}, evals=_STRUCTURAL_EVALS)
+               overrides={"structural_negatives": {"kinds": _STRUCTURAL_KINDS}}, evals=_TEST_HN)
       for model, label in (("composer", "COMPOSER"), ("flat", "Flat cross-modal"), ("vse", "VSE"), ("clip", "CLIP"),
                            ("negclip", "NegCLIP"))),
     *(StudyRun(f"{model}_structneg_no_{kind[3:].lower()}", model, f"{label} + structural negatives except {kind}",
                overrides={"structural_negatives": {"kinds": tuple(k for k in _STRUCTURAL_KINDS if k != kind)}},
-               evals=_STRUCTURAL_EVALS)
+               evals=_TEST_HN)
       for model, label in (("composer", "COMPOSER"), ("clip", "CLIP")) for kind in _STRUCTURAL_KINDS),
 )
 _BY_NAME = {r.name: r for r in RUNS}
@@ -213,13 +210,13 @@ class Schedule:
 
 
 @dataclass(frozen=True)
-class StudyPlateau:
+class StudyPlateau(PlateauConfig):
     """Training to the plateau in a study (issue 31): every run validates on the same val set every
     ``val_every_positives`` positive pairs, keeps its best weights by val R@1, stops after ``patience``
     validations without a gain of more than ``min_delta`` (never before ``min_positives``) and never trains
-    on more than ``max_positives`` -- the same budget for every model. ``val_images``: the validation set's
-    images (None: the profile's ``eval_images``); the search's criterion is the same set. The fields are
-    :class:`composer.training.plateau.PlateauConfig`'s (kept here so that profiles import no Lightning).
+    on more than ``max_positives`` -- the same budget for every model (the first three are required here).
+    ``val_images``: the validation set's images (None: the profile's ``eval_images``); the search's
+    criterion is the same set.
 
     The recipe search (``--search``) then runs at this budget with early termination: Ray Tune's ASHA
     compares a model's configurations at ``asha_grace_positives`` positives and every ``asha_reduction``
@@ -227,30 +224,26 @@ class StudyPlateau:
     plateau).
     """
 
-    max_positives: int
-    val_every_positives: int
-    patience: int
-    min_delta: float = 0.0
-    min_positives: int | None = None
     val_images: int | None = None
     asha_grace_positives: int | None = None
     asha_reduction: int = 3
 
     def __post_init__(self):
-        if min(self.max_positives, self.val_every_positives) < 1 or self.patience < 1 or self.asha_reduction < 2:
-            raise ValueError(f"StudyPlateau: positives and patience must be >= 1, asha_reduction >= 2: {self}")
+        super().__post_init__()
+        if None in (self.max_positives, self.val_every_positives, self.patience) or self.patience < 1 \
+                or self.asha_reduction < 2:
+            raise ValueError(f"StudyPlateau: max_positives, val_every_positives and patience >= 1 are required, "
+                             f"asha_reduction >= 2: {self}")
         if self.asha_grace_positives is not None and not 0 < self.asha_grace_positives < self.max_positives:
             raise ValueError(f"StudyPlateau: asha_grace_positives must lie in (0, max_positives): {self}")
 
     def recipe_overrides(self) -> dict[str, Any]:
         """The :class:`composer.training.recipes.RecipeOverrides` fields every run of the study gets.
 
-        >>> StudyPlateau(1000, 100, 3).recipe_overrides()["max_positives"]
+        >>> StudyPlateau(max_positives=1000, val_every_positives=100, patience=3).recipe_overrides()["max_positives"]
         1000
         """
-        return {"max_positives": self.max_positives, "val_every_positives": self.val_every_positives,
-                "patience": self.patience, "min_delta": self.min_delta, "min_positives": self.min_positives,
-                "val_images": self.val_images}
+        return {f.name: getattr(self, f.name) for f in fields(PlateauConfig)} | {"val_images": self.val_images}
 
 
 @dataclass(frozen=True)
@@ -436,7 +429,7 @@ def study_runs(profile: StudyProfile, names: tuple[str, ...] | list[str] | None 
 _SMOKE = StudyProfile(
     name="smoke", world_images=80, max_regions=6,
     presets={m: "tiny" for m in MODELS},
-    schedules={"composer": Schedule(steps=2, batch_size=4, lr=1e-3), "vse": Schedule(steps=2, batch_size=4, lr=1e-3)},
+    schedules=dict.fromkeys(("composer", "vse"), Schedule(steps=2, batch_size=4, lr=1e-3)),
     il={"t_warm": 1, "t_distill": 1, "t_interact": 1, "generations": 2, "t_extend": 1, "lr_warmup_steps": 1},
     eval_images=8, mcd_images=4, num_windows=2, phrases_per_caption=2, hn_images=3, hn_per_type=1,
     hn_distractors=2, probe_steps=2, runs=tuple(r.name for r in RUNS), seeds=(0,), max_pairs=512, clip_batch_size=4)
@@ -470,9 +463,8 @@ _GPU = StudyProfile(
     presets={"composer": "offline", "flat": "offline", "vse": "offline", "clip": "small", "codebook_clip": "small",
              "il_clip": "small"},
     # the paper's schedule (Appendix C): 20 epochs, batch 64, 4e-5 after a 2-epoch warm-up, /10 at 10 and 15
-    schedules={"composer": Schedule(epochs=20, lr=4e-5, batch_size=64, warmup_fraction=0.1,
-                                    decay_fractions=(0.5, 0.75)),
-               "vse": Schedule(epochs=20, lr=4e-5, batch_size=64, warmup_fraction=0.1, decay_fractions=(0.5, 0.75))},
+    schedules=dict.fromkeys(("composer", "vse"), Schedule(epochs=20, lr=4e-5, batch_size=64, warmup_fraction=0.1,
+                                                          decay_fractions=(0.5, 0.75))),
     # il_config("small") x 5: 1,500 + 4 x (250 + 1,250) + 1,500 = 9,000 steps at batch 64 (~14 epochs)
     il={"t_warm": 1500, "t_distill": 250, "t_interact": 1250, "generations": 4, "t_extend": 1500,
         "lr_warmup_steps": 125},
@@ -505,8 +497,8 @@ _CONVERGE_POSITIVES = 160_000
 _CONVERGE_STEPS = math.ceil(_CONVERGE_POSITIVES / 64)  # 2,500
 _CONVERGE = replace(
     _CPU, name="converge", world_images=15000, clip_batch_size=64,
-    schedules={"composer": Schedule(steps=_CONVERGE_STEPS, batch_size=64, warmup_fraction=0.05, decay_fractions=(0.8,)),
-               "vse": Schedule(steps=_CONVERGE_STEPS, batch_size=64, warmup_fraction=0.05, decay_fractions=(0.8,))},
+    schedules=dict.fromkeys(("composer", "vse"), Schedule(steps=_CONVERGE_STEPS, batch_size=64,
+                                                          warmup_fraction=0.05, decay_fractions=(0.8,))),
     il={"t_warm": 500, "t_distill": 60, "t_interact": 400, "generations": 3, "t_extend": _CONVERGE_STEPS - 1880,
         "lr_warmup_steps": 100},
     plateau=StudyPlateau(max_positives=_CONVERGE_POSITIVES, val_every_positives=_CONVERGE_POSITIVES // 20,

@@ -103,18 +103,12 @@ def read_train_curve(metrics_csv: Path) -> dict:
         return {}
     with metrics_csv.open() as f:
         for rec in csv.DictReader(f):
-            if not rec.get("step"):
-                continue
-            row = rows.setdefault(int(float(rec["step"])), {})
-            for name, col in keys.items():
-                if rec.get(col) not in (None, ""):
-                    row[name] = float(rec[col])
+            if rec.get("step"):
+                rows.setdefault(int(float(rec["step"])), {}).update(
+                    {name: float(rec[col]) for name, col in keys.items() if rec.get(col) not in (None, "")})
     steps = sorted(s for s, r in rows.items() if "loss" in r)
-    curve = {"step": steps}
-    for name in keys:
-        if any(name in rows[s] for s in steps):
-            curve[name] = [rows[s].get(name) for s in steps]
-    return curve
+    return {"step": steps, **{name: [rows[s].get(name) for s in steps] for name in keys
+                              if any(name in rows[s] for s in steps)}}
 
 
 def _cycle(loader):
@@ -215,14 +209,11 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
         result["mcd"] = {**timed("mcd", lambda: sentence_retrieval(model, tok, split, device=device, max_pairs=mp)),
                          "compound_divergence": mcd["compound_divergence"]}
     if "windows" in evals:
-        def windows():
-            rows = []
-            for w in mcd["windows"]:
-                split = sets.split_file(w["path"], w["num_images"], run.prune, max_regions, run.parser)
-                rows.append({**{k: w[k] for k in ("target", "compound_divergence", "atom_divergence", "window_start")},
-                             **sentence_retrieval(model, tok, split, device=device, max_pairs=mp)})
-            return rows
-        result["windows"] = timed("windows", windows)
+        result["windows"] = timed("windows", lambda: [
+            {**{k: w[k] for k in ("target", "compound_divergence", "atom_divergence", "window_start")},
+             **sentence_retrieval(model, tok, sets.split_file(w["path"], w["num_images"], run.prune, max_regions,
+                                                              run.parser), device=device, max_pairs=mp)}
+            for w in mcd["windows"]])
     if "phrase" in evals:
         result["phrase"] = timed("phrase", lambda: evaluate_phrase_retrieval(
             model, test.regions.to(device), test.geometry.to(device), test.region_mask.to(device), tok, test.graph,

@@ -21,8 +21,8 @@ from composer.report.results import write_results
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.data import check_study_dir, prepare_data
 from composer.study.execute import StudyOptions, run_tasks
-from composer.study.search import SEARCH_DIR, finish_search, read_chosen, search_points, search_tasks, \
-    with_chosen_recipe
+from composer.study.search import SEARCH_DIR, finish_search, read_chosen, run_asha_search, search_points, \
+    search_tasks, with_chosen_recipe
 
 __all__ = ["run_study", "study_tasks"]
 
@@ -54,8 +54,6 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
     if search or search_only:
         points = search_points(runs, profile)
         if not report_only and profile.plateau is not None and profile.plateau.asha_grace_positives is not None:
-            from composer.study.asha import run_asha_search  # at the plateau budget, ASHA ends the weak ones
-
             run_asha_search(points, profile, study_data, out / SEARCH_DIR, options)
         elif not report_only:
             run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)

@@ -6,7 +6,10 @@ from its model's chosen recipe.
 Why: a comparison is only fair when no model runs on a recipe tuned for another (the flat model sat at
 chance on COMPOSER's schedule, issue 17). The grid of each model (learning rates, and the init std where a
 randomly initialised weight reads it: :func:`init_is_searched`) is in docs/evaluation.md ("The recipe
-search").
+search"). Each point is an ordinary study run (``OUT/search/runs/POINT/seed0``). Under a plateau profile a
+run may train the whole budget, so six full runs per model would cost more than the study: there each
+model's grid is one Ray Tune search under ASHA (:func:`run_asha_search`), which stops the weakest
+configurations at ``asha_grace_positives`` and every ``asha_reduction``-fold step after.
 
 >>> [p.name for p in search_grid("composer")][:2]
 ['composer_lr1.7e-04_init0.02', 'composer_lr1.7e-04_init0.1']
@@ -25,13 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from composer.models import registry
+from composer.report.results import RESULT, run_folder
 from composer.study.config import StudyProfile, StudyRun
-from composer.study.execute import RESULT, run_dir
+from composer.study.execute import StudyOptions, execute_on_worker, ray_resources, run_dir
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchPoint", "choose_recipes", "finish_search",
-           "init_is_searched", "named_lr", "read_asha_status", "read_chosen", "render_search_table", "search_grid",
-           "search_points", "search_tasks", "search_value", "with_chosen_recipe"]
+__all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "SearchPoint",
+           "check_search_complete", "choose_recipes", "finish_search", "init_is_searched", "named_lr",
+           "read_asha_status", "read_chosen", "render_search_table", "run_asha_search", "search_grid", "search_points",
+           "search_tasks", "search_value", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,11 +180,11 @@ def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int
     Refuses when a study run has already finished in ``out`` with the named recipes: a study is trained
     from one recipe per model, not a mix.
     """
-    val_r1, chance, stopped = {}, None, {}
+    val_r1, chance, status = {}, None, read_asha_status(out / SEARCH_DIR)
+    stopped = {p.name: status.get(p.name, {}).get("stopped_at_positives") for p in points}
     for p in points:
         val_r1[p.name], point_chance = search_value(out / SEARCH_DIR, p)
         chance = chance or point_chance
-        stopped[p.name] = read_asha_status(out / SEARCH_DIR).get(p.name, {}).get("stopped_at_positives")
     chosen = choose_recipes(val_r1, points)
     path = out / SEARCH_DIR / "chosen.json"
     if not path.exists() or json.loads(path.read_text())["chosen"] != chosen:
@@ -196,7 +201,7 @@ def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int
     return chosen
 
 
-ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (composer/study/asha.py)
+ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (run_asha_search)
 
 
 def read_asha_status(search_dir: Path) -> dict:
@@ -209,7 +214,7 @@ def search_value(search_dir: Path, point: SearchPoint) -> tuple[float | None, fl
     """The point's val R@1 (its best validation under a plateau, as the study reports it) and chance R@1:
     from its result when it finished, else from the curve of a trial ASHA stopped; (None, None) when it
     has neither (failed, or not run yet)."""
-    directory = run_dir(search_dir, search_tasks([point])[0][0], SEARCH_SEED)
+    directory = run_folder(search_dir, point.name, SEARCH_SEED)
     if (directory / RESULT).exists():
         val = json.loads((directory / RESULT).read_text())["val"]
         return val["R@1"], val.get("chance_R@1")
@@ -242,3 +247,92 @@ def with_chosen_recipe(run: StudyRun, chosen: dict | None) -> StudyRun:
     if "model" in base and "model" in run.overrides:
         merged["model"] = {**base["model"], **run.overrides["model"]}
     return replace(run, overrides=merged)
+
+
+# ---------------------------------------------------------------------------- the search under ASHA (Ray Tune)
+METRIC, TIME = "val_R@1", "positives"
+
+
+class SearchInterrupted(RuntimeError):
+    """A model's search ended with trials still pending or running (Tune's answer to a stop signal)."""
+
+
+def check_search_complete(model: str, grid, finished: set[str], path: Path) -> None:
+    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) finished its run
+    (its point is in ``finished``: the run wrote its result), was stopped by ASHA or errored. Why: on SIGINT
+    ``Tuner.fit()`` saves its state, stops the running trials and *returns*; their status then reads TERMINATED
+    like ASHA's cuts, and only the last result's ``done`` flag, which Tune sets when its scheduler stops a trial,
+    tells a cut from an interruption (a run that ended by itself is known by its result file: a restored Tuner
+    does not keep its ``done``). A study that went on would choose this model's configuration from half-trained
+    trials and start the next model's search. A trial that never reported has no config (Tune's
+    ``Result.config`` is None): a stop before its first validation leaves it unfinished too."""
+    unfinished = sum(1 for result in grid if (result.config or {}).get("point") not in finished
+                     and result.error is None and not (result.metrics or {}).get("done"))
+    if unfinished:
+        raise SearchInterrupted(f"the recipe search of {model} stopped with {unfinished} of {len(grid)} trials "
+                                f"unfinished (a stop signal?); its state is saved in {path}: rerun the same "
+                                f"command to resume it")
+
+
+def _trial(config: dict, *, points: dict, profile: StudyProfile, data: dict, out: str, options: StudyOptions,
+           threads: int) -> None:
+    """One configuration, as a Tune trial: the study run of ``points[config["point"]]`` into ``out``."""
+    from ray import tune
+
+    from composer.training.plateau import ValidationReporter
+
+    (run, seed), = search_tasks([points[config["point"]]])
+    reporter = ValidationReporter(tune.report)  # {METRIC: val R@1, TIME: positives} after each validation
+    logger.info("%s", execute_on_worker(run, seed, profile, data, Path(out), options, threads, callbacks=[reporter]))
+
+
+def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict, out: Path,
+                    options: StudyOptions) -> None:
+    """Train each model's grid under ASHA into ``out`` (``OUT/search``); writes ``out/asha.json``."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    plateau = profile.plateau
+    if plateau is None or plateau.asha_grace_positives is None:
+        raise ValueError(f"profile {profile.name!r} has no ASHA settings (StudyPlateau.asha_grace_positives)")
+    out = Path(out).resolve()
+    ray_resources(options)  # Ray started (or joined) as the study's runs find it
+    import ray
+
+    total_cpus, total_gpus = ray.cluster_resources().get("CPU", 1), ray.cluster_resources().get("GPU", 0)
+    status = read_asha_status(out)
+    for model in dict.fromkeys(p.model for p in points):
+        pts = {p.name: p for p in points if p.model == model}
+        storage = out / "tune"
+        trainable = tune.with_resources(
+            tune.with_parameters(_trial, points=pts, profile=profile, data=data, out=str(out), options=options,
+                                 threads=max(1, int(total_cpus // len(pts)))),
+            # all of a model's configurations at once, each a share of the machine: asynchronous ASHA lets
+            # the first trial to reach a cut through it, so with two at a time the first two would pass
+            # every cut; trials that reach a cut together are compared with each other
+            {"cpu": min(1.0, total_cpus / len(pts)), "gpu": min(1.0, total_gpus / len(pts))})
+        if tune.Tuner.can_restore(storage / model):  # a killed search: ASHA's state and the unfinished trials
+            tuner = tune.Tuner.restore(str(storage / model), trainable, resume_unfinished=True,
+                                       restart_errored=True)
+        else:
+            # max_t one past the budget: the budget (or the patience) ends a run itself, so that its evaluation
+            # follows; ASHA only cuts at its rungs (Tune would stop a trial the moment it reports max_t)
+            scheduler = ASHAScheduler(time_attr=TIME, metric=METRIC, mode="max", max_t=plateau.max_positives + 1,
+                                      grace_period=plateau.asha_grace_positives,
+                                      reduction_factor=plateau.asha_reduction)
+            tuner = tune.Tuner(trainable, param_space={"point": tune.grid_search(list(pts))},
+                               tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=len(pts)),
+                               run_config=tune.RunConfig(name=model, storage_path=str(storage), verbose=0))
+        logger.info("recipe search (ASHA) of %s: %d configurations", model, len(pts))
+        grid = tuner.fit()
+        finished = {name for name in pts if (run_folder(out, name, SEARCH_SEED) / RESULT).exists()}
+        check_search_complete(model, grid, finished, storage / model)
+        for result in grid:
+            name = (result.config or {}).get("point")
+            if name is None:  # an error before its first report: no result and no curve, a "failed" point
+                continue
+            reached = (result.metrics or {}).get(TIME)
+            status[name] = {"model": model, "finished": name in finished,
+                            "stopped_at_positives": None if name in finished else reached,
+                            "error": None if result.error is None else str(result.error).splitlines()[0]}
+        write_json_atomic(out / ASHA_FILE, status)

@@ -9,22 +9,15 @@ than ``min_delta`` (Lightning's :class:`~lightning.pytorch.callbacks.EarlyStoppi
 more than ``max_positives`` pairs. Its learning curve is :mod:`composer.training.curve`.
 
 Everything is off by default (:attr:`PlateauConfig.enabled` False): the paper's fixed schedule, validation
-every ``val_every`` epochs and the last weights reported, exactly as before.
-
->>> p = PlateauConfig(val_every_positives=1000, patience=3, max_positives=10_000)
->>> p.enabled, p.steps(p.val_every_positives, 32), p.steps(p.max_positives, 32)
-(True, 32, 313)
->>> PlateauConfig(patience=0).enabled
-False
+every ``val_every`` epochs and the last weights reported, exactly as before. The settings are
+:class:`composer.training.plateau_config.PlateauConfig` (Lightning-free; also importable from here).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import lightning as L
@@ -33,6 +26,7 @@ from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.trainer.states import TrainerFn
 
 from composer.training.curve import CurvePoint, LearningCurve, flat_metrics
+from composer.training.plateau_config import PlateauConfig
 
 __all__ = ["MONITOR", "CurveRecorder", "PatienceStopping", "PlateauConfig", "StepCheckpoint", "ValidateAtEnd",
            "ValidationReporter", "stop_reason"]
@@ -41,67 +35,6 @@ logger = logging.getLogger(__name__)
 
 # what RetrievalModule logs for the validation set's single-positive sentence R@1
 MONITOR = "val/R@1"
-
-
-@dataclass
-class PlateauConfig:
-    """When to validate, which weights to keep and when to stop (all off by default: the paper's schedule).
-
-    Part of the recipe (:class:`composer.training.recipes.TrainingRecipe`), not of the trainer options:
-    the budget and the patience decide which weights a run reports, so two runs compared must share them
-    (and a resumed run must keep them: ``run.json``).
-
-    Attributes:
-        val_every_positives: validate every this many positive pairs trained on (over all processes),
-            rounded up to whole steps; None: every ``val_every`` epochs as before.
-        patience: stop after this many validations in a row without a gain of more than ``min_delta`` in
-            val R@1 (Lightning's EarlyStopping); None or 0: no early stopping.
-        min_delta: the gain in val R@1 points that counts as an improvement for ``patience``.
-        max_positives: train on at most this many positive pairs (``ceil(max_positives / (batch x
-            processes))`` steps); it replaces the recipe's number of epochs (or the CLIP family's schedule
-            length) as the end of training. The learning-rate schedule keeps its shape in epochs (steps).
-        min_positives: never stop for patience before this many positive pairs (Lightning's ``min_steps``):
-            a model that sits at chance before it starts to match (COMPOSER from random weights, issue 17)
-            would otherwise be stopped on its first flat stretch; None: no minimum.
-    """
-
-    val_every_positives: int | None = None
-    patience: int | None = None
-    min_delta: float = 0.0
-    max_positives: int | None = None
-    min_positives: int | None = None
-
-    def __post_init__(self):
-        for name in ("val_every_positives", "max_positives", "min_positives"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"{name} must be >= 1 (or None: off), got {v}")
-        if self.patience is not None and self.patience < 0:
-            raise ValueError(f"patience must be >= 0 (0 or None: no early stopping), got {self.patience}")
-        if self.min_delta < 0:
-            raise ValueError(f"min_delta must be >= 0, got {self.min_delta}")
-        if self.min_positives and self.max_positives and self.min_positives > self.max_positives:
-            raise ValueError(f"min_positives ({self.min_positives}) exceeds max_positives ({self.max_positives})")
-
-    @property
-    def enabled(self) -> bool:
-        """Whether any of it is on: then the run keeps its best weights by validation and records its curve."""
-        return bool(self.val_every_positives or self.patience or self.max_positives)
-
-    @staticmethod
-    def steps(positives: int, positives_per_step: int) -> int:
-        """Whole steps that train at least ``positives`` pairs."""
-        return max(1, math.ceil(positives / positives_per_step))
-
-    def settings(self) -> dict | None:
-        """What ``run.json`` records (None when off, so that runs from before it existed still resume; the
-        minimum only when set, so that plateau runs from before it existed do too)."""
-        if not self.enabled:
-            return None
-        out = asdict(self)
-        if out["min_positives"] is None:
-            del out["min_positives"]
-        return out
 
 
 class CurveRecorder(L.Callback):
@@ -157,7 +90,7 @@ class CurveRecorder(L.Callback):
 
 class ValidationReporter(L.Callback):
     """Calls ``report({"val_R@1": ..., "positives": ...})`` after every validation during fitting: how a
-    hyperparameter search (Ray Tune's ASHA, :mod:`composer.study.asha`) follows a run without Lightning."""
+    hyperparameter search (Ray Tune's ASHA, :func:`composer.study.search.run_asha_search`) follows a run without Lightning."""
 
     def __init__(self, report: Callable[[dict], None]):
         self.report = report
