@@ -103,30 +103,36 @@ def _is_projective(heads: list[int]) -> bool:
     (True, False, False)
     """
     n = len(heads)
-    roots = [d for d in range(n) if heads[d] == d]
-    if len(roots) != 1:
+    root = -1
+    for d in range(n):
+        if heads[d] == d:
+            if root >= 0:
+                return False
+            root = d
+    if root < 0:
         return False
-    root = roots[0]
-    depth = [-1] * n
-    depth[root] = 0
+    reaches = [False] * n  # reaches[t]: t's chain of heads ends at the root
+    reaches[root] = True
     for d in range(n):  # every token reaches the root: no cycle
         path, t = [], d
-        while depth[t] < 0:
+        while not reaches[t]:
             path.append(t)
             t = heads[t]
             if len(path) > n:
                 return False
-        for k, p in enumerate(reversed(path), 1):
-            depth[p] = depth[t] + k
-    arcs = sorted((min(d, h), max(d, h)) for d, h in enumerate(heads) if d != h)
-    for k, (lo, hi) in enumerate(arcs):
+        for p in path:
+            reaches[p] = True
+    # arcs as spans, left to right, outer before inner: each must lie inside the innermost open span it starts in
+    open_spans: list[tuple[int, int]] = []
+    for lo, neg_hi in sorted((d, -h) if d < h else (h, -d) for d, h in enumerate(heads) if d != h):
+        hi = -neg_hi
         if lo < root < hi:
             return False
-        for lo2, hi2 in arcs[k + 1:]:
-            if lo2 >= hi:
-                break
-            if lo < lo2 < hi < hi2:
-                return False
+        while open_spans and open_spans[-1][1] <= lo:
+            open_spans.pop()
+        if open_spans and open_spans[-1][0] < lo and hi > open_spans[-1][1]:
+            return False
+        open_spans.append((lo, hi))
     return True
 
 
@@ -151,7 +157,7 @@ def _shortest_crossing_dependent(heads: list[int]) -> int | None:
     return best
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     """A built constituent and the token span it covers."""
 
@@ -346,14 +352,22 @@ class _Converter:
                     it.level = coord_level
         if head is None:
             head = _Item(self.leaf(h), h, h)
-        for k in range(top + 1):  # contiguity: pull sandwiched items down to level k
-            lo = min([head.start] + [it.start for it in items if it.level <= k])
-            hi = max([head.end] + [it.end for it in items if it.level <= k])
-            if block is not None and k >= coord[1]:
-                lo, hi = min(lo, block[0]), max(hi, block[1])
-            for it in items:
-                if it.level > k and lo <= it.start and it.end <= hi:
-                    it.level = k
+        if items:  # contiguity: pull sandwiched items down to level k
+            # [lo, hi] covers the head and the items at level <= k; it only grows with k, and an item
+            # pulled down lies inside it, so one running span serves every level
+            lo, hi = head.start, head.end
+            for k in range(top + 1):
+                for it in items:
+                    if it.level <= k:
+                        if it.start < lo:
+                            lo = it.start
+                        if it.end > hi:
+                            hi = it.end
+                if block is not None and k >= coord[1]:
+                    lo, hi = min(lo, block[0]), max(hi, block[1])
+                for it in items:
+                    if it.level > k and lo <= it.start and it.end <= hi:
+                        it.level = k
 
         if not items and coord is None and bare_ok:
             return head
@@ -859,7 +873,9 @@ def dependency_to_constituency(words: Sequence[str], tags: Sequence[str], heads:
             raise ValueError(f"head {h} of token {i} ({words[i]!r}) is outside the sentence of {len(words)} tokens")
     converter = _Converter(words, tags, heads, deps)
     tree = converter.convert()
-    if [_leaf_key(w) for w in _leaves(tree)] != [_leaf_key(escape_ptb_word(w)) for w in words]:
+    leaves = _leaves(tree)
+    # quotes come out as `` or '' (the comparison reads all three as one word)
+    if leaves != converter.words and [_leaf_key(w) for w in leaves] != [_leaf_key(w) for w in converter.words]:
         # Unusual dependency structures (a coordinator with its own conjuncts, say) can defeat the
         # level assignment. Fall back to one flat phrase per head, which always keeps word order.
         logger.warning("dependency structure defeated the projection; flat fallback for %s", " ".join(words))
@@ -869,15 +885,18 @@ def dependency_to_constituency(words: Sequence[str], tags: Sequence[str], heads:
 
 
 def _leaves(tree: Tree) -> list[str]:
-    """``tree.leaves()`` without recursion (the check runs on every converted sentence)."""
-    out, stack = [], [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            out.append(node)
-        else:
-            stack.extend(reversed(node))
+    """``tree.leaves()``, faster (the check runs on every converted sentence)."""
+    out: list[str] = []
+    _collect_leaves(tree, out)
     return out
+
+
+def _collect_leaves(node: Tree, out: list[str]) -> None:
+    for child in node:
+        if type(child) is str:
+            out.append(child)
+        else:
+            _collect_leaves(child, out)
 
 
 def _leaf_key(word: str) -> str:
