@@ -166,9 +166,10 @@ class _Sentence:
     def _walk(self, node: Tree, pos: list) -> None:
         """Spans, preterminals and (word, tag) pairs in one pass (``Tree.pos`` and indexing are slow)."""
         start = len(pos)
+        label = node.label()
         for child in node:
             if isinstance(child, str):
-                pos.append((child, node.label()))
+                pos.append((child, label))
                 self.preterminals.add(id(node))
             else:
                 self._walk(child, pos)
@@ -200,24 +201,26 @@ def _decompose(concept: ConceptNode, tree: Tree, sentence: _Sentence) -> None:
     Every node searched lies inside the concept's span, so it has the concept's content words exactly
     when it has as many of them.
     """
-    spans = sentence.spans
+    spans, preterminals = sentence.spans, sentence.preterminals
+    num_content, num_primitive = sentence.num_content, sentence.num_primitive
     own_count = sentence.count(concept.start, concept.end)
     found: list[tuple[Tree, str]] = []  # (subtree, kind)
-    queue = deque(tree if not sentence.is_preterminal(tree) else [])
+    queue = deque(tree if id(tree) not in preterminals else [])
     while queue:
         node = queue.popleft()
         if isinstance(node, str):  # a word
             continue
-        preterminal = sentence.is_preterminal(node)
-        if preterminal and node.label() in PRIMITIVE_TAGS:
-            found.append((node, PRIMITIVE))
+        if id(node) in preterminals:
+            if node.label() in PRIMITIVE_TAGS:
+                found.append((node, PRIMITIVE))
             continue
-        if sentence.is_phrase_concept(node):
-            if sentence.count(*spans[id(node)]) != own_count:  # not a unary copy of the parent
-                found.append((node, PHRASE))
+        if node.label() in CONCEPT_LABELS:  # sentence.is_phrase_concept, inlined
+            start, end = spans[id(node)]
+            count = num_content[end] - num_content[start]
+            if count >= 2 and num_primitive[end] > num_primitive[start] and count != own_count:
+                found.append((node, PHRASE))  # (a unary copy of the parent is searched through)
                 continue
-        if not preterminal:
-            queue.extend(node)
+        queue.extend(node)
     if not found and concept.kind == PRIMITIVE:
         return
     if len(found) == 1 and found[0][1] == PRIMITIVE and sentence.count(*spans[id(found[0][0])]) == own_count:
