@@ -910,3 +910,23 @@ def _collect_leaves(node: Tree, out: list[str]) -> None:
 
 def _leaf_key(word: str) -> str:
     return '"' if word in ("``", "''", '"') else word
+
+
+#: The pure-Python conversion: the reference, and what runs without a current compiled copy.
+python_dependency_to_constituency = dependency_to_constituency
+
+
+def _use_compiled_copy() -> None:
+    """Run the Cython-compiled copy of this module's conversion when one is built from this very source
+    (:mod:`crg.speedups`; about 1.7x faster, same trees). It shares this module's fallback counter and logger."""
+    from crg.speedups import load_compiled
+
+    compiled = load_compiled(__name__, __file__)
+    if compiled is not None:
+        global dependency_to_constituency
+        compiled.FALLBACKS = FALLBACKS
+        compiled.logger = logger
+        dependency_to_constituency = compiled.dependency_to_constituency
+
+
+_use_compiled_copy()

@@ -95,7 +95,8 @@ def reference() -> dict:
 
 
 def test_the_converter_gives_version_7s_trees_on_every_reference_sentence(spacy_parser, shared_data, reference):
-    from crg.dep_to_constituency import CONVERTER_VERSION, dependency_to_constituency
+    """The pure-Python module and, where one is built and current, its compiled copy (crg.speedups)."""
+    from crg.dep_to_constituency import CONVERTER_VERSION, dependency_to_constituency, python_dependency_to_constituency
 
     assert reference["meta"]["converter_version"] == CONVERTER_VERSION, (
         "the converter's version changed: regenerate tests/data/converter_reference.json (see its test's docstring)")
@@ -107,9 +108,10 @@ def test_the_converter_gives_version_7s_trees_on_every_reference_sentence(spacy_
             if _digest(list(args)) != input_digest:
                 continue  # spaCy parsed this sentence differently: not the converter's doing
             compared += 1
-            tree = dependency_to_constituency(*args).pformat(margin=10**9)
-            if _digest(tree) != tree_digest:
-                changed.append((k, " ".join(args[0]), tree))
+            for convert in {python_dependency_to_constituency, dependency_to_constituency}:
+                tree = convert(*args).pformat(margin=10**9)
+                if _digest(tree) != tree_digest:
+                    changed.append((k, convert, " ".join(args[0]), tree))
         assert compared >= 0.98 * len(pinned), f"{name}: only {compared} of {len(pinned)} parses as pinned"
         assert not changed, f"{name}: {len(changed)} trees changed, first: {changed[0]}"
 
