@@ -94,7 +94,9 @@ def build(out_root: str | Path | None = None, modules: list[str] | None = None, 
                             f"\n\n#: the source this copy was compiled from (crg.speedups.load_compiled checks it)\n"
                             f'SOURCE_DIGEST = "{source_digest(source)}"\n', encoding="utf-8")
             extensions.append(Extension(name, [str(copy)]))
-        extensions = cythonize(extensions, language_level=3, quiet=not verbose, build_dir=str(work / "c"))
+        # annotations are documentation here, not C types: the copy accepts every argument the module accepts
+        extensions = cythonize(extensions, quiet=not verbose, build_dir=str(work / "c"),
+                               compiler_directives={"language_level": 3, "annotation_typing": False})
         dist = Distribution({"name": "gc-speedups", "ext_modules": extensions})
         command = build_ext(dist)
         command.build_lib = str(out_root)

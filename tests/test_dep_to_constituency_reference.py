@@ -15,6 +15,7 @@ Regenerate (only when the converter's output is meant to change, with ``CONVERTE
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -44,8 +45,9 @@ def converter_inputs(parser, shared: Path) -> dict[str, list[tuple]]:
     from crg.bracket_score import read_trees
     from crg.caption_filter import normalize_caption
 
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.bench_parser import split_ptb
+    spec = importlib.util.spec_from_file_location("_bench_parser", ROOT / "benchmarks" / "bench_parser.py")
+    bench_parser = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_parser)  # its split of the treebank file into documents and trees
 
     captured: list[tuple] = []
     convert = spacy_parser.dependency_to_constituency
@@ -54,7 +56,7 @@ def converter_inputs(parser, shared: Path) -> dict[str, list[tuple]]:
         captured.append((list(words), list(tags), list(heads), list(deps)))
         return convert(words, tags, heads, deps)
 
-    ptb = split_ptb(shared / "ptb_dev" / "wsj_dev.mrg")
+    ptb = bench_parser.split_ptb(shared / "ptb_dev" / "wsj_dev.mrg")
     gold = [t for name in ("gold_ptb.mrg", "gold_ptb_heldout.mrg") for t in read_trees(DATA / name)]
     texts = []
     with open(shared / "flickr30k" / "captions.jsonl", encoding="utf-8") as f:
