@@ -109,16 +109,18 @@ def build(out_root: str | Path | None = None, modules: list[str] | None = None, 
 
 
 def compiled_status() -> dict[str, str]:
-    """``{module: "current" | "stale" | "not built"}``."""
+    """``{module: "current" | "stale" | "not built"}``, with ``" (off: GC_PURE_PYTHON)"`` added where turned off."""
+    off = os.environ.get("GC_PURE_PYTHON", "") not in ("", "0")
     out = {}
     for module, name in COMPILED.items():
         spec = importlib.util.find_spec(name)
         if spec is None:
-            out[module] = "not built"
-            continue
-        compiled = importlib.import_module(name)
-        current = getattr(compiled, "SOURCE_DIGEST", None) == source_digest(_source_file(module))
-        out[module] = "current" if current else "stale"
+            state = "not built"
+        else:
+            compiled = importlib.import_module(name)
+            current = getattr(compiled, "SOURCE_DIGEST", None) == source_digest(_source_file(module))
+            state = "current" if current else "stale"
+        out[module] = state + (" (off: GC_PURE_PYTHON)" if off else "")
     return out
 
 

@@ -22,9 +22,6 @@ DEFEATING = ([",", "not", "the", "$", "not", "w5", "which6"], ["VBD", "PRP$", "C
              [1, 6, 1, 6, 5, 6, 6], ["pcomp", "appos", "conj", "relcl", "npadvmod", "aux", "parataxis"])
 
 
-pytestmark = pytest.mark.slow  # compiles the copy: about a minute
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """The converter's compiled copy, built now from the current source and loaded from the temporary build."""
@@ -63,6 +60,7 @@ def random_parses(count: int, seed: int) -> list[tuple]:
     return out
 
 
+@pytest.mark.slow  # compiles the copy: about a minute
 def test_compiled_copy_gives_the_pure_python_trees_on_random_parses(compiled):
     """Odd structures (non-projective arcs, several roots, cycles, brackets and quotes as words), where every
     branch of the converter runs; the flat fallback included."""
@@ -71,6 +69,7 @@ def test_compiled_copy_gives_the_pure_python_trees_on_random_parses(compiled):
         assert compiled.dependency_to_constituency(*args) == python_dependency_to_constituency(*args), args
 
 
+@pytest.mark.slow  # compiles the copy: about a minute
 def test_compiled_copy_gives_the_pure_python_trees_on_real_parses(compiled, spacy_parser, shared_data):
     """spaCy's parses of the WSJ dev set, the gold trees and 2,000 Flickr30K captions."""
     from test_dep_to_constituency_reference import converter_inputs
@@ -82,6 +81,7 @@ def test_compiled_copy_gives_the_pure_python_trees_on_real_parses(compiled, spac
             assert compiled.dependency_to_constituency(*args) == python_dependency_to_constituency(*args), args
 
 
+@pytest.mark.slow  # compiles the copy: about a minute
 def test_the_module_runs_a_current_copy_only_and_shares_its_fallback_counter(compiled, monkeypatch):
     import sys
 
@@ -105,3 +105,11 @@ def test_the_module_runs_a_current_copy_only_and_shares_its_fallback_counter(com
     monkeypatch.setattr(compiled, "SOURCE_DIGEST", "0" * 64)  # built from another version of the source
     assert speedups.load_compiled("crg.dep_to_constituency", source) is None
     assert speedups.load_compiled("crg.extract", Path(speedups.__file__).with_name("extract.py")) is None  # none
+
+
+def test_status_says_what_runs(monkeypatch):
+    monkeypatch.setattr(speedups, "COMPILED", {"crg.dep_to_constituency": "crg._no_such_copy"})
+    assert speedups.compiled_status() == {"crg.dep_to_constituency": "not built"}
+    assert speedups.load_compiled("crg.dep_to_constituency", speedups.__file__) is None
+    monkeypatch.setenv("GC_PURE_PYTHON", "1")
+    assert speedups.compiled_status() == {"crg.dep_to_constituency": "not built (off: GC_PURE_PYTHON)"}
