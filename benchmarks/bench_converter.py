@@ -80,26 +80,28 @@ def main(argv: list[str] | None = None) -> int:
     docs = [doc for k in range(0, len(texts), parser.batch_size) for doc in parser._pipe(texts[k:k + parser.batch_size])]
     spacy_ms = 1000 * (time.process_time() - t0) / len(texts)
 
-    variants = {"pure Python": (converter.python_dependency_to_constituency, extract_concepts)}
+    # name -> (the module whose doc_to_tree runs, the converter it calls, the extraction)
+    variants = {"pure Python": (spacy_parser, converter.python_dependency_to_constituency, extract_concepts)}
     state = compiled_status()["crg.dep_to_constituency"]
     if converter.dependency_to_constituency is not converter.python_dependency_to_constituency:
-        variants["compiled"] = (converter.dependency_to_constituency, extract_concepts)
+        variants["compiled"] = (spacy_parser, converter.dependency_to_constituency, extract_concepts)
     workdir = Path(tempfile.mkdtemp(prefix="bench-converter-"))
-    if args.baseline_rev:
+    if args.baseline_rev:  # that revision's doc_to_tree, converter and extraction
         old_converter = module_at_revision("crg/dep_to_constituency.py", args.baseline_rev, "baseline_converter", workdir)
         old_extract = module_at_revision("crg/extract.py", args.baseline_rev, "baseline_extract", workdir)
-        variants = {f"git {args.baseline_rev}": (old_converter.dependency_to_constituency, old_extract.extract_concepts),
-                    **variants}
+        old_glue = module_at_revision("crg/spacy_parser.py", args.baseline_rev, "baseline_spacy_parser", workdir)
+        variants = {f"git {args.baseline_rev}": (old_glue, old_converter.dependency_to_constituency,
+                                                 old_extract.extract_concepts), **variants}
 
     seconds: dict[str, dict[str, list[float]]] = {v: {"conversion": [], "pformat": [], "extraction": []} for v in variants}
     graph_part = []
     original = spacy_parser.dependency_to_constituency
     try:
         for _ in range(args.repeats):
-            for name, (convert, extract) in variants.items():
-                spacy_parser.dependency_to_constituency = convert  # doc_to_tree's converter
+            for name, (glue, convert, extract) in variants.items():
+                glue.dependency_to_constituency = convert  # the converter doc_to_tree calls
                 t0 = time.process_time()
-                trees = [spacy_parser.doc_to_tree(doc) for doc in docs]
+                trees = [glue.doc_to_tree(doc) for doc in docs]
                 t1 = time.process_time()
                 for tree in trees:
                     tree.pformat(margin=10**9)
