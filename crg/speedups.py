@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true", help="show Cython's and the compiler's output")
     args = ap.parse_args(argv)
     if args.command == "build":
-        for path in build(verbose=args.verbose):
+        try:
+            paths = build(verbose=args.verbose)
+        except RuntimeError as err:  # no Cython: say so, without a traceback
+            raise SystemExit(f"python -m crg.speedups build: {err}") from None
+        for path in paths:
             print(f"built {path}")
     for module, state in compiled_status().items():
         print(f"{module}: {state}")
