@@ -231,11 +231,8 @@ class _Converter:
             return self.children[i][:]
         return [c for c in self.children[i] if c not in exclude]
 
-    def category(self, i: int) -> str:
-        """The word class that decides ``i``'s projection (computed once per token, in ``cats``)."""
-        return self.cats[i]
-
     def _category(self, i: int) -> str:
+        """The word class that decides ``i``'s projection (``cats`` holds every token's)."""
         tag = self.tags[i]
         kid_deps = {self.deps[c] for c in self.children[i]}
         if tag in ("VBG", "VBN") and self.deps[i] == "prep":
