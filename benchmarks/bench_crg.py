@@ -83,8 +83,12 @@ def main() -> int:
 
     corpus = read_corpus(args.captions).select(args.split)
     texts = [normalize_caption(c) for _, _, c in corpus.iter_captions()][: args.sample]
+    from crg.speedups import compiled_status
+
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}")
+    # the converter's compiled copy runs only when built from the current source (python -m crg.speedups build)
+    print(f"compiled converter: {compiled_status()['crg.dep_to_constituency']}")
     parser = SpacyParser()
     parser.parse_texts(texts[:200])  # warm up
     t0 = time.perf_counter()

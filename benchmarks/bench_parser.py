@@ -218,8 +218,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['parse_captions_per_s']:.0f} captions/s; "
               f"conversion alone {s['convert_captions_per_s']:.0f} captions/s")
     if args.profile:
+        from crg.speedups import compiled_status
+
         results["profile"] = profile_stages(parser, texts)
-        print(f"\nCPU time per caption, 1 process, {len(texts)} Flickr30K train captions:")
+        results["compiled_converter"] = compiled_status()["crg.dep_to_constituency"]
+        print(f"\nCPU time per caption, 1 process, {len(texts)} Flickr30K train captions "
+              f"(compiled converter: {results['compiled_converter']}):")
         for name, row in results["profile"].items():
             print(f"  {name:<12} {row['ms_per_caption']:7.3f} ms  {100 * row['share']:5.1f} %")
     if args.json:

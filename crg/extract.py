@@ -150,29 +150,37 @@ class _Sentence:
 
     def __init__(self, tree: Tree):
         self.spans: dict[int, tuple[int, int]] = {}   # id(subtree) -> its token span
+        self.labels: dict[int, str] = {}               # id(subtree) -> its label (Tree.label() is a call)
         self.preterminals: set[int] = set()            # id() of the subtrees over one word
         pos: list[tuple[str, str]] = []
         self._walk(tree, pos)
         self.tags = [t for _, t in pos]
         self.content = [i for i, t in enumerate(self.tags) if t not in PUNCT_TAGS]
-        self.text_words = [unescape_ptb_word(w).lower() for w, _ in pos]       # as concept_text writes them
-        self.template_words = [unescape_ptb_word(w.lower()) for w, _ in pos]   # as templates write them
+        # the content words only, so that a span's words are one slice (see text, template_part)
+        self.text_words = [unescape_ptb_word(pos[i][0]).lower() for i in self.content]     # as concept_text writes
+        self.template_words = [unescape_ptb_word(pos[i][0].lower()) for i in self.content]  # as templates write
         self.num_content = [0]     # num_content[i]: content words before token i
         self.num_primitive = [0]   # num_primitive[i]: primitive-tagged words before token i
         for t in self.tags:
             self.num_content.append(self.num_content[-1] + (t not in PUNCT_TAGS))
             self.num_primitive.append(self.num_primitive[-1] + (t in PRIMITIVE_TAGS))
 
-    def _walk(self, node: Tree, pos: list) -> None:
-        """Spans, preterminals and (word, tag) pairs in one pass (``Tree.pos`` and indexing are slow)."""
-        start = len(pos)
-        for child in node:
-            if isinstance(child, str):
-                pos.append((child, node.label()))
-                self.preterminals.add(id(node))
-            else:
-                self._walk(child, pos)
-        self.spans[id(node)] = (start, len(pos))
+    def _walk(self, tree: Tree, pos: list) -> None:
+        """Spans, labels, preterminals and (word, tag) pairs in one pass (``Tree.pos`` and indexing are slow)."""
+        spans, labels, preterminals = self.spans, self.labels, self.preterminals
+
+        def walk(node: Tree) -> None:
+            start = len(pos)
+            label = labels[id(node)] = node.label()
+            for child in node:
+                if isinstance(child, str):
+                    pos.append((child, label))
+                    preterminals.add(id(node))
+                else:
+                    walk(child)
+            spans[id(node)] = (start, len(pos))
+
+        walk(tree)
 
     def is_preterminal(self, node: Tree) -> bool:
         return id(node) in self.preterminals
@@ -182,10 +190,10 @@ class _Sentence:
 
     def text(self, start: int, end: int) -> str:
         """concept_text of the content words in [start, end)."""
-        return " ".join(self.text_words[i] for i in self.content[self.num_content[start]:self.num_content[end]])
+        return " ".join(self.text_words[self.num_content[start]:self.num_content[end]])
 
     def template_part(self, start: int, end: int) -> list[str]:
-        return [self.template_words[i] for i in self.content[self.num_content[start]:self.num_content[end]]]
+        return self.template_words[self.num_content[start]:self.num_content[end]]
 
     def is_phrase_concept(self, node: Tree) -> bool:
         if id(node) in self.preterminals or node.label() not in CONCEPT_LABELS:
@@ -200,24 +208,26 @@ def _decompose(concept: ConceptNode, tree: Tree, sentence: _Sentence) -> None:
     Every node searched lies inside the concept's span, so it has the concept's content words exactly
     when it has as many of them.
     """
-    spans = sentence.spans
+    spans, labels, preterminals = sentence.spans, sentence.labels, sentence.preterminals
+    num_content, num_primitive = sentence.num_content, sentence.num_primitive
     own_count = sentence.count(concept.start, concept.end)
     found: list[tuple[Tree, str]] = []  # (subtree, kind)
-    queue = deque(tree if not sentence.is_preterminal(tree) else [])
+    queue = deque(tree if id(tree) not in preterminals else [])
     while queue:
         node = queue.popleft()
         if isinstance(node, str):  # a word
             continue
-        preterminal = sentence.is_preterminal(node)
-        if preterminal and node.label() in PRIMITIVE_TAGS:
-            found.append((node, PRIMITIVE))
+        if id(node) in preterminals:
+            if labels[id(node)] in PRIMITIVE_TAGS:
+                found.append((node, PRIMITIVE))
             continue
-        if sentence.is_phrase_concept(node):
-            if sentence.count(*spans[id(node)]) != own_count:  # not a unary copy of the parent
-                found.append((node, PHRASE))
+        if labels[id(node)] in CONCEPT_LABELS:  # sentence.is_phrase_concept, inlined
+            start, end = spans[id(node)]
+            count = num_content[end] - num_content[start]
+            if count >= 2 and num_primitive[end] > num_primitive[start] and count != own_count:
+                found.append((node, PHRASE))  # (a unary copy of the parent is searched through)
                 continue
-        if not preterminal:
-            queue.extend(node)
+        queue.extend(node)
     if not found and concept.kind == PRIMITIVE:
         return
     if len(found) == 1 and found[0][1] == PRIMITIVE and sentence.count(*spans[id(found[0][0])]) == own_count:
@@ -228,9 +238,10 @@ def _decompose(concept: ConceptNode, tree: Tree, sentence: _Sentence) -> None:
     cursor = concept.start
     for node, kind in found:
         start, end = spans[id(node)]
+        label = labels[id(node)]
         template.extend(sentence.template_part(cursor, start))
-        template.append(f"[{node.label()}]")
-        child = ConceptNode(text=sentence.text(start, end), label=node.label(), kind=kind, start=start, end=end)
+        template.append(f"[{label}]")
+        child = ConceptNode(text=sentence.text(start, end), label=label, kind=kind, start=start, end=end)
         if kind == PHRASE:
             _decompose(child, node, sentence)
         concept.children.append(child)

@@ -144,6 +144,10 @@ class SpacyParser(ConstituencyParser):
         return [doc_to_tree(doc, words) for doc, words in zip(docs, sentences)]
 
 
+#: PTB's quote tokens say which quote they are; spaCy saw only '"'
+_QUOTE_TAGS = {"``": "``", "''": "''"}
+
+
 def doc_to_tree(doc, words: Sequence[str] | None = None) -> Tree:
     """One spaCy ``Doc`` (possibly several sentences) -> one ``TOP`` tree over all its tokens.
 
@@ -152,17 +156,20 @@ def doc_to_tree(doc, words: Sequence[str] | None = None) -> Tree:
     tokens = [t for t in doc if not t.is_space]
     if not tokens:
         raise ValueError(f"nothing to parse in {doc.text!r}")
-    index = {t.i: k for k, t in enumerate(tokens)}
     if words is not None and len(words) != len(doc):
         raise ValueError(f"{len(words)} words given for a Doc of {len(doc)} tokens: {list(words)}")
-    words = [t.text for t in tokens] if words is None else [words[t.i] for t in tokens]
-    # PTB's quote tokens say which quote they are; spaCy saw only '"'
-    tags = [{"``": "``", "''": "''"}.get(w, t.tag_) for w, t in zip(words, tokens)]
-    heads = []
-    for t in tokens:
-        head = t.head
-        while head.is_space and head.head.i != head.i:  # skip whitespace tokens on the way up
-            head = head.head
-        heads.append(index.get(head.i, index[t.i]))
-    deps = [t.dep_ if t.dep_ != "ROOT" else "ROOT" for t in tokens]
+    if len(tokens) == len(doc):  # no whitespace token (nearly every caption): positions are the tokens' own
+        words = [t.text for t in tokens] if words is None else list(words)
+        heads = [t.head.i for t in tokens]
+    else:
+        index = {t.i: k for k, t in enumerate(tokens)}
+        words = [t.text for t in tokens] if words is None else [words[t.i] for t in tokens]
+        heads = []
+        for t in tokens:
+            head = t.head
+            while head.is_space and head.head.i != head.i:  # skip whitespace tokens on the way up
+                head = head.head
+            heads.append(index.get(head.i, index[t.i]))
+    tags = [_QUOTE_TAGS.get(w, t.tag_) for w, t in zip(words, tokens)]
+    deps = [t.dep_ for t in tokens]
     return dependency_to_constituency(words, tags, heads, deps)
