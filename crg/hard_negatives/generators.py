@@ -101,7 +101,8 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 out.append(_Candidate(tuple(new), Change("swap_arguments", (x.text, y.text), (y.text, x.text),
                                                          node.predicate.template)))
     if extended:
-        more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed)
+        more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed) + _phrase_swap_candidates(parsed) \
+            + _attribute_swap_candidates(parsed)
         if not out and not more:
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
         out += more
@@ -192,6 +193,71 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
             new = _replace(_replace(toks, x.head, wy), y.head, wx)
             out.append(_Candidate(tuple(new), Change("swap_nouns", (wx, wy), (wy, wx), "nouns")))
+    return out
+
+
+def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> bool:
+    """Whether two object mentions may change places (whole phrases): not two forms of one noun, no
+    spatial noun, and not joined by an order-free word, a list or a chain of places (the swap would
+    keep the meaning)."""
+    tx, ty = toks[x.head], toks[y.head]
+    if word_forms(tx.word) & word_forms(ty.word) or {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
+        return False
+    x_start = x.determiner if x.determiner is not None else x.run_start
+    y_start = y.determiner if y.determiner is not None else y.run_start
+    between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
+    if not between or is_order_free(between) or is_list_between(between):
+        return False
+    if is_place_chain(toks[x_start - 1].word if x_start else None, between):
+        return False
+    return not all(w.lower() in LIST_JOINERS for w, _ in between)
+
+
+def _phrase_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two object noun phrases change places whole, determiner and adjectives with their noun
+    ("a man holding a fragile piece of glass" -> "a fragile piece holding a man of glass"): CREPE's
+    swap of two atoms, with each atom's own modifiers, across whatever relation joins them."""
+    toks, out = parsed.edit_tokens(), []
+    mentions = object_mentions(parsed)
+    for a in range(len(mentions)):
+        for b in range(a + 1, len(mentions)):
+            x, y = mentions[a], mentions[b]
+            if not _swappable_mentions(parsed, toks, x, y):
+                continue
+            xs = x.determiner if x.determiner is not None else x.run_start
+            ys = y.determiner if y.determiner is not None else y.run_start
+            if xs == x.head and ys == y.head:
+                continue  # bare nouns: the same as swap_nouns
+            first = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[ys:y.head + 1])]
+            second = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[xs:x.head + 1])]
+            new = toks[:xs] + first + toks[x.head + 1:ys] + second + toks[y.head + 1:]
+            px, py = realize_words([t.word for t in toks[xs:x.head + 1]]), realize_words([t.word for t in toks[ys:y.head + 1]])
+            out.append(_Candidate(tuple(new), Change("swap_phrases", (px, py), (py, px), "noun phrases")))
+    return out
+
+
+def _attribute_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two objects' adjectives change places (SugarCrepe's swap-att: "a white dog on a black couch"
+    -> "a black dog on a white couch"): never between two mentions of one noun, nor an adjective the
+    other object already has."""
+    toks, out = parsed.edit_tokens(), []
+    attributed = [m for m in object_mentions(parsed) if m.adjectives]
+    for a in range(len(attributed)):
+        for b in range(a + 1, len(attributed)):
+            x, y = attributed[a], attributed[b]
+            if word_forms(toks[x.head].word) & word_forms(toks[y.head].word):
+                continue
+            xw = {toks[k].word.lower() for k in x.adjectives}
+            yw = {toks[k].word.lower() for k in y.adjectives}
+            for i in x.adjectives:
+                for j in y.adjectives:
+                    wi, wj = toks[i].word.lower(), toks[j].word.lower()
+                    if wi in yw or wj in xw:
+                        continue
+                    new = _replace(_replace(toks, i, wj), j, wi)
+                    hx, hy = toks[x.head].word.lower(), toks[y.head].word.lower()
+                    out.append(_Candidate(tuple(new), Change("swap_attributes", (f"{wi} {hx}", f"{wj} {hy}"),
+                                                             (f"{wj} {hx}", f"{wi} {hy}"), "attribute binding")))
     return out
 
 

@@ -109,6 +109,7 @@ class RefinementConfig:
     extended_edits: bool = True
     pick: str = "close"
     spread: bool = True
+    margin: float = 0.0
 
     def __post_init__(self):
         if self.candidates_per_type < 1:
@@ -118,6 +119,8 @@ class RefinementConfig:
                              f"{self.max_blind_accuracy}")
         if self.pick not in PICK_RULES:
             raise ValueError(f"pick must be one of {PICK_RULES}, got {self.pick!r}")
+        if not self.margin >= 0.0:
+            raise ValueError(f"margin must be >= 0 (a fraction of the type's median gap), got {self.margin}")
 
 
 @dataclass(frozen=True)
