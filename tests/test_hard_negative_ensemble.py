@@ -344,3 +344,91 @@ def test_atom_foils_follow_corpus_counts():
     assert drawn["cat"] > drawn["bus"] > drawn["emu"]
     with pytest.raises(ValueError, match="foil_sampling"):
         HardNegativeConfig(foil_sampling="zipf")
+
+
+# ------------------------------------------------------------------ more HN-SWAP candidates, the margin
+def test_whole_noun_phrases_and_attributes_swap_between_two_objects():
+    # "A white dog on a black couch ." : the phrases change places whole; the colours change objects
+    tree = ("(TOP (NP (NP (DT A) (JJ white) (NN dog)) (PP (IN on) (NP (DT a) (JJ black) (NN couch))) (. .)))")
+    texts, _, _ = _swaps(tree)
+    assert "A black couch on a white dog." in texts          # swap_phrases (and swap_arguments: one text)
+    assert "A black dog on a white couch." in texts          # swap_attributes
+    assert "A white couch on a black dog." in texts          # swap_nouns: modifiers stay
+    r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                           limit=20)
+    ops = {c.negative.change.op: c.negative.change for c in r.candidates[HN_SWAP]}
+    assert ops["swap_attributes"].before == ("white dog", "black couch")
+    assert ops["swap_attributes"].after == ("black dog", "white couch")
+    assert "swap_attributes" in ops and false_because(ops["swap_attributes"]).concept.startswith("attribute")
+    # only with refinement's extended edits
+    plain = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,)), limit=20)
+    assert {c.negative.change.op for c in plain.candidates[HN_SWAP]} == {"swap_arguments"}
+
+
+def test_phrase_and_attribute_swaps_keep_the_meaning_filters():
+    # a symmetric relation or a coordination: whole phrases swapped keep the meaning, not made; their
+    # attributes swapped do not ("a black dog next to a white cat" is false of the caption's image)
+    for tree in ("(TOP (NP (NP (DT A) (JJ white) (NN dog)) (ADVP (JJ next) (PP (IN to) (NP (DT a) (JJ black) "
+                 "(NN cat)))) (. .)))",
+                 "(TOP (NP (NP (DT A) (JJ white) (NN dog)) (CC and) (NP (DT a) (JJ black) (NN cat)) (. .)))"):
+        r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,),
+                                                                        refinement=RefinementConfig()), limit=20)
+        ops = {c.negative.change.op for c in r.candidates.get(HN_SWAP, [])}
+        assert "swap_phrases" not in ops and "swap_attributes" in ops, (tree, ops)
+    # two forms of one noun: neither
+    r = caption_candidates(_parsed("(TOP (NP (NP (DT A) (JJ red) (NN leaf)) (PP (IN on) (NP (DT the) (JJ green) "
+                                   "(NNS leaves))) (. .)))"),
+                           config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()), limit=20)
+    assert not {c.negative.change.op for c in r.candidates.get(HN_SWAP, [])} & {"swap_phrases", "swap_attributes"}
+    # a phrase swap is a plain noun swap when neither noun has modifiers: made once, as swap_nouns
+    texts, _, _ = _swaps("(TOP (NP (NP (NNS Dogs)) (VP (VBG chasing) (NP (NNS cats))) (. .)))")
+    assert texts.count("Cats chasing dogs.") == 1
+
+
+def naive_margin_balance(groups, max_accuracy, margin):
+    """One candidate per group; remove, one at a time, the pair that most clearly violates a bound: a
+    win counted with the margin for the bound from above, plainly for the one from below."""
+    gaps = [g.source_scores[0] - g.candidate_scores[0][0] for g in groups]
+    nz = sorted(abs(x) for x in gaps if x != 0)
+    scale = nz[len(nz) // 2]
+    up = [0.5 if x == 0 else 1.0 if x + margin * scale > 0 else 0.5 if x + margin * scale == 0 else 0.0
+          for x in gaps]
+    low = [1.0 if x > 0 else 0.5 if x == 0 else 0.0 for x in gaps]
+    alive = set(range(len(groups)))
+    while alive:
+        n = len(alive)
+        bad = [d for d, over in ((1, sum(up[i] for i in alive) > max_accuracy * n + 1e-9),
+                                 (-1, sum(low[i] for i in alive) < (1 - max_accuracy) * n - 1e-9)) if over]
+        options = []
+        for i in alive:
+            helps = sum((up[i] == 1.0) if d > 0 else (low[i] == 0.0) for d in bad)
+            hurts = sum((up[i] == 0.0) if d > 0 else (low[i] == 1.0) for d in bad)
+            if helps:
+                options.append(((-helps, hurts, -helps * abs(gaps[i]), groups[i].key), i))
+        if not options:
+            break
+        alive.remove(min(options)[1])
+    return sorted(alive)
+
+
+def test_margin_counts_only_clear_losses_and_keeps_the_plain_lower_bound():
+    rng = random.Random(11)
+    groups = [CandidateGroup(HN_SWAP, (0.0,), ((-rng.gauss(0.3, 1.0),),), key=f"{k:03d}") for k in range(200)]
+    for margin in (0.0, 0.1, 0.5):
+        sel = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=margin)
+        kept = [i for i, k in enumerate(sel.kept) if k]
+        assert kept == naive_margin_balance(groups, 0.6, margin), margin
+        gaps = [groups[i].source_scores[0] - groups[i].candidate_scores[0][0] for i in kept]
+        # the reported accuracy is the plain one, and stays at or above the bound from below
+        plain = sum(g > 0 for g in gaps) / len(gaps)
+        assert sel.stats[HN_SWAP].accuracy_kept[0] == pytest.approx(plain)
+        assert plain >= 0.4 - 1e-9
+    # a larger margin keeps fewer pairs the scorer loses by a hair
+    small = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=0.0)
+    large = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=0.5)
+    assert sel.stats[HN_SWAP].kept == large.stats[HN_SWAP].kept
+    assert large.stats[HN_SWAP].accuracy_kept[0] < small.stats[HN_SWAP].accuracy_kept[0]
+    with pytest.raises(ValueError, match="margin"):
+        select_negatives(groups, per_group=1, max_accuracy=0.6, margin=-0.1)
+    with pytest.raises(ValueError, match="margin"):
+        RefinementConfig(margin=-1.0)

@@ -213,6 +213,12 @@ def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> b
     return not all(w.lower() in LIST_JOINERS for w, _ in between)
 
 
+def _article_free(word: str) -> str:
+    """A modifier word as a noun swap leaves it: lower-cased, "an" as "a" (it agrees again)."""
+    w = word.lower()
+    return "a" if w == "an" else w
+
+
 def _phrase_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
     """Two object noun phrases change places whole, determiner and adjectives with their noun
     ("a man holding a fragile piece of glass" -> "a fragile piece holding a man of glass"): CREPE's
@@ -226,8 +232,8 @@ def _phrase_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 continue
             xs = x.determiner if x.determiner is not None else x.run_start
             ys = y.determiner if y.determiner is not None else y.run_start
-            if xs == x.head and ys == y.head:
-                continue  # bare nouns: the same as swap_nouns
+            if [_article_free(t.word) for t in toks[xs:x.head]] == [_article_free(t.word) for t in toks[ys:y.head]]:
+                continue  # alike modifiers ("a cat" / "a bed", bare nouns): the same text as swap_nouns
             first = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[ys:y.head + 1])]
             second = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[xs:x.head + 1])]
             new = toks[:xs] + first + toks[x.head + 1:ys] + second + toks[y.head + 1:]
