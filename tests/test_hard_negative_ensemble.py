@@ -432,3 +432,61 @@ def test_margin_counts_only_clear_losses_and_keeps_the_plain_lower_bound():
         select_negatives(groups, per_group=1, max_accuracy=0.6, margin=-0.1)
     with pytest.raises(ValueError, match="margin"):
         RefinementConfig(margin=-1.0)
+
+
+def test_mistagged_nouns_commas_headed_prepositions_and_unlike_complements_are_not_swapped():
+    from crg.hard_negatives.morphology import is_mistagged_noun
+
+    # a word the lexicon knows only as an adjective or verb is a tagging error, an unknown word is not
+    assert is_mistagged_noun("bad") and is_mistagged_noun("eat")
+    assert not any(is_mistagged_noun(w) for w in ("ride", "cake", "frisbee", "leaves"))
+    # "A man in a hospital bad with a bed .": "bad" (tagged NN) never swaps
+    tree = ("(TOP (NP (NP (DT A) (NN man)) (PP (IN in) (NP (DT a) (NN hospital) (NN bad))) "
+            "(PP (IN with) (NP (DT a) (JJ big) (NN bed))) (. .)))")
+    r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                           limit=20)
+    changes = [c.negative.change for c in r.candidates[HN_SWAP] if c.negative.change.op in ("swap_nouns",
+                                                                                            "swap_phrases")]
+    assert changes and not any("bad" in " ".join(ch.before).split() for ch in changes)
+    # the same caption with a real noun there swaps it
+    r = caption_candidates(_parsed(tree.replace("(NN bad)", "(NN bag)")),
+                           config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()), limit=20)
+    assert any("bag" in " ".join(c.negative.change.before).split() for c in r.candidates[HN_SWAP]
+               if c.negative.change.op in ("swap_nouns", "swap_phrases"))
+    # whole phrases never swap across a comma ("a dog , a red cat on a mat": an apposition)
+    tree = ("(TOP (NP (NP (DT A) (JJ white) (NN dog)) (, ,) (NP (NP (DT a) (JJ red) (NN cat)) (PP (IN on) "
+            "(NP (DT a) (JJ green) (NN mat)))) (. .)))")
+    r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                           limit=20)
+    phrases = [c.negative.change.before for c in r.candidates.get(HN_SWAP, []) if c.negative.change.op == "swap_phrases"]
+    assert ("a red cat", "a green mat") in phrases and not any("A white dog" in b for b in phrases)
+    # "not far from a rhino in a forest": "from" belongs to "far", it does not swap with "in"
+    texts, _, _ = _swaps("(TOP (S (NP (DT An) (NN elephant)) (VP (VBZ walks) (ADVP (RB far) (PP (IN from) "
+                         "(NP (NP (DT a) (NN rhino)) (PP (IN in) (NP (DT a) (NN forest)))))) (. .))))")
+    assert "An elephant walks far in a rhino from a forest." not in texts
+    # "is getting messy while eating his cake": the verbs' complements differ (adjective / object)
+    texts, _, _ = _swaps("(TOP (S (NP (DT A) (NN toddler)) (VP (VBZ is) (VP (VBG getting) (ADJP (JJ messy)) "
+                         "(SBAR (IN while) (S (VP (VBG eating) (NP (PRP$ his) (NN cake))))))) (. .)))")
+    assert "A toddler is eating messy while getting his cake." not in texts
+    # ... while two verbs with objects do: "a man riding a horse holding a flag"
+    texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN man)) (VP (VBG riding) (NP (DT a) (NN horse))) (VP (VBG holding) "
+                         "(NP (DT a) (NN flag))) (. .)))")
+    assert "A man holding a horse riding a flag." in texts
+
+
+def test_a_margin_per_type_leaves_the_other_types_as_without():
+    rng = random.Random(5)
+    groups = [CandidateGroup(t, (0.0,), ((-rng.gauss(0.3, 1.0),),), key=f"{t}{k:03d}")
+              for t in (HN_SWAP, HN_ATOM) for k in range(150)]
+    plain = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close")
+    per_type = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin={HN_SWAP: 0.3})
+    everywhere = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=0.3)
+    atom = [i for i, g in enumerate(groups) if g.type == HN_ATOM]
+    swap = [i for i, g in enumerate(groups) if g.type == HN_SWAP]
+    assert [per_type.kept[i] for i in atom] == [plain.kept[i] for i in atom]
+    assert [per_type.kept[i] for i in swap] == [everywhere.kept[i] for i in swap]
+    assert [per_type.kept[i] for i in swap] != [plain.kept[i] for i in swap]
+    with pytest.raises(ValueError, match="margin"):
+        select_negatives(groups, per_group=1, max_accuracy=0.6, margin={HN_SWAP: -1.0})
+    with pytest.raises(ValueError, match="margin_types"):
+        RefinementConfig(margin=0.1, margin_types=("HN-NOPE",))

@@ -75,6 +75,9 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--margin", type=float, default=0.06,
                     help="refinement: a scorer's preference for the negative counts against the bound from above "
                          "only beyond this fraction of its median gap (default 0.06; 0: any preference)")
+    ap.add_argument("--margin-types", nargs="+", choices=TYPES, default=["HN-SWAP"],
+                    help="refinement: the types --margin applies to (default HN-SWAP: the type whose LM gaps are "
+                         "the noisiest; the others keep nearly all captions without it)")
     ap.add_argument("--lm-parts", type=int, default=2,
                     help="refinement: also a trigram LM of each of this many disjoint parts of the refinement LM's "
                          "images (default 2; 1: none), so that a pair counts as lost only where LMs of "
@@ -194,7 +197,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: --num-captions must be >= 1, got {args.num_captions}")
     try:
         refinement = RefinementConfig(args.candidates_per_type, args.max_blind_accuracy,
-                                      margin=args.margin) if args.refine else None
+                                      margin=args.margin, margin_types=tuple(args.margin_types)) if args.refine else None
         config = HardNegativeConfig(per_type=args.per_type, types=tuple(dict.fromkeys(args.types)),
                                     min_atom_count=args.min_atom_count, seed=args.seed, refinement=refinement)
     except ValueError as err:
@@ -301,7 +304,8 @@ def main(argv=None) -> int:
                 "heldout_splits": list(heldout_splits), "parser": args.parser, "parser_model": args.parser_model,
                 "lm_orders": list(orders), "refine_rules": args.refine_rules,
                 "extra_heldout_lm": list(args.extra_heldout_lm), "refine_lm": list(args.refine_lm),
-                "classifier_folds": args.classifier_folds, "margin": args.margin, "lm_parts": args.lm_parts}
+                "classifier_folds": args.classifier_folds, "margin": args.margin, "margin_types": list(args.margin_types),
+                "lm_parts": args.lm_parts}
     try:
         out = prepare_output_dir(args.out, command="gc-hard-negatives", settings=settings,
                                  mode="resume" if args.resume else "overwrite" if args.overwrite else "new",

@@ -23,7 +23,7 @@ from crg.hard_negatives.lexicon import (
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
     SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
     is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
-from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
+from crg.hard_negatives.morphology import is_mistagged_noun, match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
 from crg.hard_negatives.records import (
@@ -129,7 +129,8 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
     toks, out = parsed.edit_tokens(), []
     words = [t.word.lower() for t in toks]
     preps = [i for i, t in enumerate(toks) if t.tag == "IN" and words[i] in SWAPPABLE_PREPOSITIONS
-             and not (i + 1 < len(toks) and words[i + 1] in RELATIONAL_NOUNS)]
+             and not (i + 1 < len(toks) and words[i + 1] in RELATIONAL_NOUNS)
+             and not (i > 0 and toks[i - 1].tag in _HEADED_PREPOSITION_TAGS)]  # "far from", "full of", "out of"
     verbs = [i for i, t in enumerate(toks) if t.tag in _VERB_TAGS and words[i] not in AUXILIARIES
              and words[i].isalpha()]
     for kind, slots in (("preposition", preps), ("verb", verbs)):
@@ -140,12 +141,34 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                     continue
                 if kind == "verb" and all(w in LIST_JOINERS for w in words[i + 1:j]):
                     continue  # "driving and observing": coordinated verbs keep the meaning swapped
+                if kind == "verb" and (_complement_kind(toks, i) != _complement_kind(toks, j)
+                                       or _complement_kind(toks, i) == "other"):
+                    continue  # "getting messy ... eating his cake": one verb's complement does not fit the other
                 if kind == "preposition" and any({words[i], words[j]} <= g for g in PREPOSITION_SYNONYMS):
                     continue  # "in ... into": as good as the same preposition
                 new = _replace(_replace(toks, i, words[j]), j, words[i])
                 out.append(_Candidate(tuple(new), Change("swap_relations", (words[i], words[j]), (words[j], words[i]),
                                                          kind)))
     return out
+
+
+#: A preposition after one of these belongs to the word before it ("far from", "full of", "out of"): it
+#: does not swap with another preposition.
+_HEADED_PREPOSITION_TAGS = frozenset({"JJ", "JJR", "RB", "RBR", "RP"})
+
+
+def _complement_kind(toks: list[EditToken], i: int) -> str:
+    """What follows verb ``i``: a noun phrase, a prepositional phrase, nothing, or something else (an
+    adjective, an adverb: "getting messy"); two verbs swap only where their complements are alike."""
+    nxt = toks[i + 1].tag if i + 1 < len(toks) else "."
+    if nxt in ("DT", "PRP$", "PRP", "CD", "PDT", "NN", "NNS", "NNP", "NNPS", "JJ") and not (
+            nxt == "JJ" and (i + 2 >= len(toks) or toks[i + 2].tag not in PRIMITIVE_TAGS | {"JJ"})):
+        return "object"
+    if nxt in ("IN", "TO", "RP"):
+        return "phrase"
+    if nxt in PUNCT_TAGS or nxt == "CC":
+        return "none"
+    return "other"
 
 
 def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
@@ -171,8 +194,9 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             x, y = mentions[a], mentions[b]
             tx, ty = toks[x.head], toks[y.head]
             if tx.tag != ty.tag or word_forms(tx.word) & word_forms(ty.word) or \
-                    {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
-                continue
+                    {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS or \
+                    is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word):
+                continue  # (a word the lexicon never reads as a noun: "a hospital bad" is a tagging error)
             y_start = y.determiner if y.determiner is not None else y.run_start
             between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
             if modifiers(x) == modifiers(y) and is_order_free(between):
@@ -203,11 +227,15 @@ def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> b
     tx, ty = toks[x.head], toks[y.head]
     if word_forms(tx.word) & word_forms(ty.word) or {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
         return False
+    if is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word):
+        return False  # a tagging error ("a hospital bad"): the phrase is not what the parse says
     x_start = x.determiner if x.determiner is not None else x.run_start
     y_start = y.determiner if y.determiner is not None else y.run_start
     between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
     if not between or is_order_free(between) or is_list_between(between):
         return False
+    if any(toks[i].word in (",", ";", ":") for i in range(x.head + 1, y_start)):
+        return False  # across a comma: an apposition or another clause ("one pink , the other yellow")
     if is_place_chain(toks[x_start - 1].word if x_start else None, between):
         return False
     return not all(w.lower() in LIST_JOINERS for w, _ in between)

@@ -49,7 +49,7 @@ trained on the other half (docs/hard_negatives.md, "Adversarial refinement").
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -215,7 +215,8 @@ def _accuracy(wins: list[tuple[float, ...]], num_scorers: int) -> tuple[float, .
 
 
 def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_accuracy: float,
-                     pick: str = "lose", spread: bool = False, margin: float = 0.0) -> Selection:
+                     pick: str = "lose", spread: bool = False,
+                     margin: float | Mapping[str, float] = 0.0) -> Selection:
     """Keep at most ``per_group`` candidates per group such that, per type, every scorer prefers the
     source in between ``1 - max_accuracy`` and ``max_accuracy`` (0.5-1) of the kept pairs (steps 3
     and 4 of the module doc).
@@ -238,7 +239,8 @@ def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_ac
         raise ValueError(f"per_group must be >= 1, got {per_group}")
     if not 0.5 <= max_accuracy <= 1.0:
         raise ValueError(f"max_accuracy must be in [0.5, 1], got {max_accuracy}")
-    if not margin >= 0.0:
+    margins = dict(margin) if isinstance(margin, Mapping) else None
+    if not all(m >= 0.0 for m in (margins.values() if margins is not None else [margin])):
         raise ValueError(f"margin must be >= 0, got {margin}")
     sizes = {len(g.source_scores) for g in groups} | {len(c) for g in groups for c in g.candidate_scores}
     if len(sizes) > 1 or 0 in sizes:
@@ -252,7 +254,8 @@ def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_ac
         by_type.setdefault(g.type, []).append(gi)
     for hn_type, members in by_type.items():
         stats[hn_type] = _select_type([groups[gi] for gi in members], members, kept, per_group, max_accuracy,
-                                      num_scorers, pick, spread, margin)
+                                      num_scorers, pick, spread,
+                                      margin if margins is None else margins.get(hn_type, 0.0))
     return Selection([tuple(sorted(k)) for k in kept], stats)
 
 
