@@ -76,6 +76,9 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 if not same_kind:
                     reason = "arguments of different kinds" if not out else reason
                     continue
+                if any(_in_compound(parsed, z) for z in (x, y)):
+                    reason = "argument is part of a compound noun ('water area')" if not out else reason
+                    continue
                 if any(_head_word(parsed, z) in RELATIONAL_NOUNS for z in (x, y)):
                     reason = "argument is a spatial phrase (in front of, on top of)" if not out else reason
                     continue
@@ -107,6 +110,23 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
         out += more
     return out, reason
+
+
+def _in_compound(parsed: ParsedCaption, node: ConceptNode) -> bool:
+    """Whether a nominal argument is a piece of a longer noun compound: a noun right before it or right
+    after it ("water [area]", "[stone] block wall"); swapped, the compound falls apart."""
+    nouns = ("NN", "NNS", "NNP", "NNPS")
+    end = _without_trailing_punct(parsed, node)
+    before = parsed.tokens[node.start - 1][1] if node.start > 0 else ""
+    after = parsed.tokens[end][1] if end < len(parsed.tokens) else ""
+    return parsed.tokens[node.start][1] in nouns + ("JJ",) and before in nouns or \
+        parsed.tokens[end - 1][1] in nouns and after in nouns
+
+
+def _verb_like_noun(toks: list[EditToken], i: int) -> bool:
+    """A noun followed at once by a determiner is most often a verb the tagger missed ("a cat surf the
+    web"); swapped as a noun, it leaves no sentence."""
+    return i + 1 < len(toks) and toks[i + 1].tag in ("DT", "PRP$") and toks[i + 1].word.lower() != "that"
 
 
 def _without_trailing_punct(parsed: ParsedCaption, node: ConceptNode) -> int:
@@ -195,7 +215,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             tx, ty = toks[x.head], toks[y.head]
             if tx.tag != ty.tag or word_forms(tx.word) & word_forms(ty.word) or \
                     {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS or \
-                    is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word):
+                    is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word) or \
+                    _verb_like_noun(toks, x.head) or _verb_like_noun(toks, y.head):
                 continue  # (a word the lexicon never reads as a noun: "a hospital bad" is a tagging error)
             y_start = y.determiner if y.determiner is not None else y.run_start
             between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
@@ -206,6 +227,9 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 continue  # "on a bicycle on a sidewalk": both places hold, swapped too
             if is_list_between(between):
                 continue  # "a sink , toilet , and vanity": items of one list, order-free
+            if between and between[0][0].lower() in LIST_JOINERS and \
+                    not any(t.startswith(("VB", "IN")) and w.lower() != "of" for w, t in between):
+                continue  # "pastries and several kinds of doughnuts": two items of one list, order-free
             bare_y = y.determiner is None and y.run_start == y.head
             if bare_y and between and all(w.lower() in LIST_JOINERS for w, _ in between):
                 continue  # "wooden spoons and utensils": the second item shares the first's modifiers
@@ -227,8 +251,9 @@ def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> b
     tx, ty = toks[x.head], toks[y.head]
     if word_forms(tx.word) & word_forms(ty.word) or {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
         return False
-    if is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word):
-        return False  # a tagging error ("a hospital bad"): the phrase is not what the parse says
+    if is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word) or _verb_like_noun(toks, x.head) or \
+            _verb_like_noun(toks, y.head):
+        return False  # a tagging error ("a hospital bad", "surf the web"): the phrase is not what the parse says
     x_start = x.determiner if x.determiner is not None else x.run_start
     y_start = y.determiner if y.determiner is not None else y.run_start
     between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]

@@ -97,9 +97,12 @@ def vbz_base(w: str) -> str:
 
 
 def match_case(word: str, like: str) -> str:
-    """``word`` capitalised when ``like`` is (a replacement keeps the replaced word's first letter).
+    """``word`` capitalised when ``like`` is (a replacement keeps the replaced word's first letter), all
+    in capitals when ``like`` is (a caption written in capitals stays so).
 
-    >>> match_case("cat", "Dog"), match_case("cat", "dog")
-    ('Cat', 'cat')
+    >>> match_case("cat", "Dog"), match_case("cat", "dog"), match_case("playing", "HAVING")
+    ('Cat', 'cat', 'PLAYING')
     """
+    if len(like) > 1 and like.isupper():
+        return word.upper()
     return word[:1].upper() + word[1:] if like[:1].isupper() else word
