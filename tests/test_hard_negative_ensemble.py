@@ -490,3 +490,34 @@ def test_a_margin_per_type_leaves_the_other_types_as_without():
         select_negatives(groups, per_group=1, max_accuracy=0.6, margin={HN_SWAP: -1.0})
     with pytest.raises(ValueError, match="margin_types"):
         RefinementConfig(margin=0.1, margin_types=("HN-NOPE",))
+
+
+def test_compounds_names_verb_like_nouns_lists_and_vague_prepositions_are_not_swapped():
+    from crg.hard_negatives.morphology import match_case
+
+    def ops_before(tree):
+        r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                               limit=20)
+        return [(c.negative.change.op, c.negative.change.before, c.negative.text) for c in r.candidates.get(HN_SWAP, [])]
+
+    # "Darth Vader stands waiting for his luggage": "Vader" never leaves "Darth"
+    got = ops_before("(TOP (S (NP (NNP Darth) (NNP Vader)) (VP (VBZ stands) (VP (VBG waiting) (PP (IN for) "
+                     "(NP (PRP$ his) (NN luggage))))) (. .)))")
+    assert not any(op in ("swap_phrases", "swap_nouns") and "vader" in " ".join(b).lower().split() and
+                   "darth" not in " ".join(b).lower().split() for op, b, _ in got), got
+    # "an apple in a water area in a field": the argument "area" is the end of a compound
+    got = ops_before("(TOP (NP (NP (NNS Sheep)) (VP (VBG grazing) (PP (IN near) (NP (NN water) (NN area))) "
+                     "(PP (IN in) (NP (JJ natural) (NN setting)))) (. .)))")
+    assert not any("Sheep grazing near water natural setting in area." == t for _, _, t in got), got
+    # "a cat surf the web": "surf" is a verb the tagger missed
+    got = ops_before("(TOP (S (NP (DT A) (NN cat)) (NP (NN surf)) (NP (DT the) (NN web)) (. .)))")
+    assert not any(op in ("swap_nouns", "swap_phrases") and "surf" in b for op, b, _ in got), got
+    # "pastries and several kinds of doughnuts": one list
+    got = ops_before("(TOP (NP (NP (DT A) (NN case)) (PP (IN with) (NP (NP (NNS pastries)) (CC and) (NP (NP (JJ several) "
+                     "(NNS kinds)) (PP (IN of) (NP (NNS doughnuts)))))) (. .)))")
+    assert not any(op == "swap_nouns" and set(b) == {"pastries", "doughnuts"} for op, b, _ in got), got
+    # "with" and "at" say little of place: not swapped with "in" / "around"
+    got = ops_before("(TOP (NP (NP (DT A) (NN woman)) (PP (IN with) (NP (NNS flowers))) (PP (IN in) (NP (PRP$ her) "
+                     "(NN hair))) (. .)))")
+    assert not any(op == "swap_relations" for op, _, _ in got), got
+    assert match_case("playing", "HAVING") == "PLAYING" and match_case("cat", "A") == "Cat"

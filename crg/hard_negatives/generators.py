@@ -259,6 +259,8 @@ def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> b
     between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
     if not between or is_order_free(between) or is_list_between(between):
         return False
+    if any(x0 > 0 and toks[x0 - 1].tag in ("NN", "NNS", "NNP", "NNPS") for x0 in (x_start, y_start)):
+        return False  # the end of a longer name or compound ("Darth [Vader]"): it would fall apart
     if any(toks[i].word in (",", ";", ":") for i in range(x.head + 1, y_start)):
         return False  # across a comma: an apposition or another clause ("one pink , the other yellow")
     if is_place_chain(toks[x_start - 1].word if x_start else None, between):
