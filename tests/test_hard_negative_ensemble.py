@@ -521,3 +521,11 @@ def test_compounds_names_verb_like_nouns_lists_and_vague_prepositions_are_not_sw
                      "(NN hair))) (. .)))")
     assert not any(op == "swap_relations" for op, _, _ in got), got
     assert match_case("playing", "HAVING") == "PLAYING" and match_case("cat", "A") == "Cat"
+
+
+def test_attribute_swaps_are_hn_comp_s_when_it_is_made_too():
+    tree = "(TOP (NP (NP (DT A) (JJ white) (NN dog)) (PP (IN on) (NP (DT a) (JJ black) (NN couch))) (. .)))"
+    both = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP, HN_COMP),
+                                                                       refinement=RefinementConfig()), limit=20)
+    assert "swap_attributes" not in {c.negative.change.op for c in both.candidates[HN_SWAP]}
+    assert "A black dog on a white couch." in {c.negative.text for c in both.candidates[HN_COMP]}

@@ -27,7 +27,7 @@ from crg.hard_negatives.morphology import is_mistagged_noun, match_case, related
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
 from crg.hard_negatives.records import (
-    HN_ATOM, HN_NEG, HN_SWAP, CaptionCandidates, CaptionNegatives, Change, HardNegative, HardNegativeConfig,
+    HN_ATOM, HN_COMP, HN_NEG, HN_SWAP, CaptionCandidates, CaptionNegatives, Change, HardNegative, HardNegativeConfig,
     NegativeCandidate)
 from crg.hard_negatives.vocabulary import AtomVocabulary
 
@@ -57,7 +57,10 @@ def _replace(toks: list[EditToken], i: int, word: str, tag: str | None = None) -
 
 
 # ---------------------------------------------------------------------------- HN-SWAP
-def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[list[_Candidate], str]:
+def _swap_candidates(parsed: ParsedCaption, extended: bool = False,
+                     attributes: bool = True) -> tuple[list[_Candidate], str]:
+    """HN-SWAP's candidates; ``extended`` adds swaps of nouns, relations, whole noun phrases and, with
+    ``attributes``, adjectives (left to HN-COMP when it is made too: one text is one type's negative)."""
     toks, out, reason = parsed.edit_tokens(), [], "no predicate with two or more arguments"
     for node in parsed.root.walk():
         kids = node.children
@@ -105,7 +108,7 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                                                          node.predicate.template)))
     if extended:
         more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed) + _phrase_swap_candidates(parsed) \
-            + _attribute_swap_candidates(parsed)
+            + (_attribute_swap_candidates(parsed) if attributes else [])
         if not out and not more:
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
         out += more
@@ -696,7 +699,7 @@ def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | No
     for hn_type in config.types:
         rng = random.Random(f"{config.seed}:{hn_type}:{image_id}:{source}")
         if hn_type == HN_SWAP:
-            cands, reason = _swap_candidates(parsed, extended)
+            cands, reason = _swap_candidates(parsed, extended, attributes=HN_COMP not in config.types)
         elif hn_type == HN_ATOM:
             cands, reason = _atom_candidates(parsed, vocabulary, draw, banned, rng)
         elif hn_type == HN_NEG:
