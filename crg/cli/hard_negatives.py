@@ -263,6 +263,8 @@ def main(argv=None) -> int:
     lm_parts = [] if refinement is None or args.lm_parts < 2 else [
         [c for k, im in enumerate(lm_corpus.select(lm_splits).images) if k % args.lm_parts == part for c in im.captions]
         for part in range(args.lm_parts)]
+    if any(not texts for texts in lm_parts):
+        raise SystemExit(f"error: --lm-parts {args.lm_parts}: the refinement LM's splits have fewer images than parts")
     heldout_texts = _captions_of(heldout_corpus, heldout_splits, "--heldout-splits")
     # which (file, split) each LM reads: a held-out LM shares none with the target or a refinement LM
     def used(path, splits):
