@@ -344,3 +344,188 @@ def test_atom_foils_follow_corpus_counts():
     assert drawn["cat"] > drawn["bus"] > drawn["emu"]
     with pytest.raises(ValueError, match="foil_sampling"):
         HardNegativeConfig(foil_sampling="zipf")
+
+
+# ------------------------------------------------------------------ more HN-SWAP candidates, the margin
+def test_whole_noun_phrases_and_attributes_swap_between_two_objects():
+    # "A white dog on a black couch ." : the phrases change places whole; the colours change objects
+    tree = ("(TOP (NP (NP (DT A) (JJ white) (NN dog)) (PP (IN on) (NP (DT a) (JJ black) (NN couch))) (. .)))")
+    texts, _, _ = _swaps(tree)
+    assert "A black couch on a white dog." in texts          # swap_phrases (and swap_arguments: one text)
+    assert "A black dog on a white couch." in texts          # swap_attributes
+    assert "A white couch on a black dog." in texts          # swap_nouns: modifiers stay
+    r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                           limit=20)
+    ops = {c.negative.change.op: c.negative.change for c in r.candidates[HN_SWAP]}
+    assert ops["swap_attributes"].before == ("white dog", "black couch")
+    assert ops["swap_attributes"].after == ("black dog", "white couch")
+    assert "swap_attributes" in ops and false_because(ops["swap_attributes"]).concept.startswith("attribute")
+    # only with refinement's extended edits
+    plain = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,)), limit=20)
+    assert {c.negative.change.op for c in plain.candidates[HN_SWAP]} == {"swap_arguments"}
+
+
+def test_phrase_and_attribute_swaps_keep_the_meaning_filters():
+    # a symmetric relation or a coordination: whole phrases swapped keep the meaning, not made; their
+    # attributes swapped do not ("a black dog next to a white cat" is false of the caption's image)
+    for tree in ("(TOP (NP (NP (DT A) (JJ white) (NN dog)) (ADVP (JJ next) (PP (IN to) (NP (DT a) (JJ black) "
+                 "(NN cat)))) (. .)))",
+                 "(TOP (NP (NP (DT A) (JJ white) (NN dog)) (CC and) (NP (DT a) (JJ black) (NN cat)) (. .)))"):
+        r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,),
+                                                                        refinement=RefinementConfig()), limit=20)
+        ops = {c.negative.change.op for c in r.candidates.get(HN_SWAP, [])}
+        assert "swap_phrases" not in ops and "swap_attributes" in ops, (tree, ops)
+    # two forms of one noun: neither
+    r = caption_candidates(_parsed("(TOP (NP (NP (DT A) (JJ red) (NN leaf)) (PP (IN on) (NP (DT the) (JJ green) "
+                                   "(NNS leaves))) (. .)))"),
+                           config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()), limit=20)
+    assert not {c.negative.change.op for c in r.candidates.get(HN_SWAP, [])} & {"swap_phrases", "swap_attributes"}
+    # a phrase swap is a plain noun swap when neither noun has modifiers: made once, as swap_nouns
+    texts, _, _ = _swaps("(TOP (NP (NP (NNS Dogs)) (VP (VBG chasing) (NP (NNS cats))) (. .)))")
+    assert texts.count("Cats chasing dogs.") == 1
+
+
+def naive_margin_balance(groups, max_accuracy, margin):
+    """One candidate per group; remove, one at a time, the pair that most clearly violates a bound: a
+    win counted with the margin for the bound from above, plainly for the one from below."""
+    gaps = [g.source_scores[0] - g.candidate_scores[0][0] for g in groups]
+    nz = sorted(abs(x) for x in gaps if x != 0)
+    scale = nz[len(nz) // 2]
+    up = [0.5 if x == 0 else 1.0 if x + margin * scale > 0 else 0.5 if x + margin * scale == 0 else 0.0
+          for x in gaps]
+    low = [1.0 if x > 0 else 0.5 if x == 0 else 0.0 for x in gaps]
+    alive = set(range(len(groups)))
+    while alive:
+        n = len(alive)
+        bad = [d for d, over in ((1, sum(up[i] for i in alive) > max_accuracy * n + 1e-9),
+                                 (-1, sum(low[i] for i in alive) < (1 - max_accuracy) * n - 1e-9)) if over]
+        options = []
+        for i in alive:
+            helps = sum((up[i] == 1.0) if d > 0 else (low[i] == 0.0) for d in bad)
+            hurts = sum((up[i] == 0.0) if d > 0 else (low[i] == 1.0) for d in bad)
+            if helps:
+                options.append(((-helps, hurts, -helps * abs(gaps[i]), groups[i].key), i))
+        if not options:
+            break
+        alive.remove(min(options)[1])
+    return sorted(alive)
+
+
+def test_margin_counts_only_clear_losses_and_keeps_the_plain_lower_bound():
+    rng = random.Random(11)
+    groups = [CandidateGroup(HN_SWAP, (0.0,), ((-rng.gauss(0.3, 1.0),),), key=f"{k:03d}") for k in range(200)]
+    for margin in (0.0, 0.1, 0.5):
+        sel = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=margin)
+        kept = [i for i, k in enumerate(sel.kept) if k]
+        assert kept == naive_margin_balance(groups, 0.6, margin), margin
+        gaps = [groups[i].source_scores[0] - groups[i].candidate_scores[0][0] for i in kept]
+        # the reported accuracy is the plain one, and stays at or above the bound from below
+        plain = sum(g > 0 for g in gaps) / len(gaps)
+        assert sel.stats[HN_SWAP].accuracy_kept[0] == pytest.approx(plain)
+        assert plain >= 0.4 - 1e-9
+    # a larger margin keeps fewer pairs the scorer loses by a hair
+    small = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=0.0)
+    large = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=0.5)
+    assert sel.stats[HN_SWAP].kept == large.stats[HN_SWAP].kept
+    assert large.stats[HN_SWAP].accuracy_kept[0] < small.stats[HN_SWAP].accuracy_kept[0]
+    with pytest.raises(ValueError, match="margin"):
+        select_negatives(groups, per_group=1, max_accuracy=0.6, margin=-0.1)
+    with pytest.raises(ValueError, match="margin"):
+        RefinementConfig(margin=-1.0)
+
+
+def test_mistagged_nouns_commas_headed_prepositions_and_unlike_complements_are_not_swapped():
+    from crg.hard_negatives.morphology import is_mistagged_noun
+
+    # a word the lexicon knows only as an adjective or verb is a tagging error, an unknown word is not
+    assert is_mistagged_noun("bad") and is_mistagged_noun("eat")
+    assert not any(is_mistagged_noun(w) for w in ("ride", "cake", "frisbee", "leaves"))
+    # "A man in a hospital bad with a bed .": "bad" (tagged NN) never swaps
+    tree = ("(TOP (NP (NP (DT A) (NN man)) (PP (IN in) (NP (DT a) (NN hospital) (NN bad))) "
+            "(PP (IN with) (NP (DT a) (JJ big) (NN bed))) (. .)))")
+    r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                           limit=20)
+    changes = [c.negative.change for c in r.candidates[HN_SWAP] if c.negative.change.op in ("swap_nouns",
+                                                                                            "swap_phrases")]
+    assert changes and not any("bad" in " ".join(ch.before).split() for ch in changes)
+    # the same caption with a real noun there swaps it
+    r = caption_candidates(_parsed(tree.replace("(NN bad)", "(NN bag)")),
+                           config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()), limit=20)
+    assert any("bag" in " ".join(c.negative.change.before).split() for c in r.candidates[HN_SWAP]
+               if c.negative.change.op in ("swap_nouns", "swap_phrases"))
+    # whole phrases never swap across a comma ("a dog , a red cat on a mat": an apposition)
+    tree = ("(TOP (NP (NP (DT A) (JJ white) (NN dog)) (, ,) (NP (NP (DT a) (JJ red) (NN cat)) (PP (IN on) "
+            "(NP (DT a) (JJ green) (NN mat)))) (. .)))")
+    r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                           limit=20)
+    phrases = [c.negative.change.before for c in r.candidates.get(HN_SWAP, []) if c.negative.change.op == "swap_phrases"]
+    assert ("a red cat", "a green mat") in phrases and not any("A white dog" in b for b in phrases)
+    # "not far from a rhino in a forest": "from" belongs to "far", it does not swap with "in"
+    texts, _, _ = _swaps("(TOP (S (NP (DT An) (NN elephant)) (VP (VBZ walks) (ADVP (RB far) (PP (IN from) "
+                         "(NP (NP (DT a) (NN rhino)) (PP (IN in) (NP (DT a) (NN forest)))))) (. .))))")
+    assert "An elephant walks far in a rhino from a forest." not in texts
+    # "is getting messy while eating his cake": the verbs' complements differ (adjective / object)
+    texts, _, _ = _swaps("(TOP (S (NP (DT A) (NN toddler)) (VP (VBZ is) (VP (VBG getting) (ADJP (JJ messy)) "
+                         "(SBAR (IN while) (S (VP (VBG eating) (NP (PRP$ his) (NN cake))))))) (. .)))")
+    assert "A toddler is eating messy while getting his cake." not in texts
+    # ... while two verbs with objects do: "a man riding a horse holding a flag"
+    texts, _, _ = _swaps("(TOP (NP (NP (DT A) (NN man)) (VP (VBG riding) (NP (DT a) (NN horse))) (VP (VBG holding) "
+                         "(NP (DT a) (NN flag))) (. .)))")
+    assert "A man holding a horse riding a flag." in texts
+
+
+def test_a_margin_per_type_leaves_the_other_types_as_without():
+    rng = random.Random(5)
+    groups = [CandidateGroup(t, (0.0,), ((-rng.gauss(0.3, 1.0),),), key=f"{t}{k:03d}")
+              for t in (HN_SWAP, HN_ATOM) for k in range(150)]
+    plain = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close")
+    per_type = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin={HN_SWAP: 0.3})
+    everywhere = select_negatives(groups, per_group=1, max_accuracy=0.6, pick="close", margin=0.3)
+    atom = [i for i, g in enumerate(groups) if g.type == HN_ATOM]
+    swap = [i for i, g in enumerate(groups) if g.type == HN_SWAP]
+    assert [per_type.kept[i] for i in atom] == [plain.kept[i] for i in atom]
+    assert [per_type.kept[i] for i in swap] == [everywhere.kept[i] for i in swap]
+    assert [per_type.kept[i] for i in swap] != [plain.kept[i] for i in swap]
+    with pytest.raises(ValueError, match="margin"):
+        select_negatives(groups, per_group=1, max_accuracy=0.6, margin={HN_SWAP: -1.0})
+    with pytest.raises(ValueError, match="margin_types"):
+        RefinementConfig(margin=0.1, margin_types=("HN-NOPE",))
+
+
+def test_compounds_names_verb_like_nouns_lists_and_vague_prepositions_are_not_swapped():
+    from crg.hard_negatives.morphology import match_case
+
+    def ops_before(tree):
+        r = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP,), refinement=RefinementConfig()),
+                               limit=20)
+        return [(c.negative.change.op, c.negative.change.before, c.negative.text) for c in r.candidates.get(HN_SWAP, [])]
+
+    # "Darth Vader stands waiting for his luggage": "Vader" never leaves "Darth"
+    got = ops_before("(TOP (S (NP (NNP Darth) (NNP Vader)) (VP (VBZ stands) (VP (VBG waiting) (PP (IN for) "
+                     "(NP (PRP$ his) (NN luggage))))) (. .)))")
+    assert not any(op in ("swap_phrases", "swap_nouns") and "vader" in " ".join(b).lower().split() and
+                   "darth" not in " ".join(b).lower().split() for op, b, _ in got), got
+    # "an apple in a water area in a field": the argument "area" is the end of a compound
+    got = ops_before("(TOP (NP (NP (NNS Sheep)) (VP (VBG grazing) (PP (IN near) (NP (NN water) (NN area))) "
+                     "(PP (IN in) (NP (JJ natural) (NN setting)))) (. .)))")
+    assert not any("Sheep grazing near water natural setting in area." == t for _, _, t in got), got
+    # "a cat surf the web": "surf" is a verb the tagger missed
+    got = ops_before("(TOP (S (NP (DT A) (NN cat)) (NP (NN surf)) (NP (DT the) (NN web)) (. .)))")
+    assert not any(op in ("swap_nouns", "swap_phrases") and "surf" in b for op, b, _ in got), got
+    # "pastries and several kinds of doughnuts": one list
+    got = ops_before("(TOP (NP (NP (DT A) (NN case)) (PP (IN with) (NP (NP (NNS pastries)) (CC and) (NP (NP (JJ several) "
+                     "(NNS kinds)) (PP (IN of) (NP (NNS doughnuts)))))) (. .)))")
+    assert not any(op == "swap_nouns" and set(b) == {"pastries", "doughnuts"} for op, b, _ in got), got
+    # "with" and "at" say little of place: not swapped with "in" / "around"
+    got = ops_before("(TOP (NP (NP (DT A) (NN woman)) (PP (IN with) (NP (NNS flowers))) (PP (IN in) (NP (PRP$ her) "
+                     "(NN hair))) (. .)))")
+    assert not any(op == "swap_relations" for op, _, _ in got), got
+    assert match_case("playing", "HAVING") == "PLAYING" and match_case("cat", "A") == "Cat"
+
+
+def test_attribute_swaps_are_hn_comp_s_when_it_is_made_too():
+    tree = "(TOP (NP (NP (DT A) (JJ white) (NN dog)) (PP (IN on) (NP (DT a) (JJ black) (NN couch))) (. .)))"
+    both = caption_candidates(_parsed(tree), config=HardNegativeConfig(types=(HN_SWAP, HN_COMP),
+                                                                       refinement=RefinementConfig()), limit=20)
+    assert "swap_attributes" not in {c.negative.change.op for c in both.candidates[HN_SWAP]}
+    assert "A black dog on a white couch." in {c.negative.text for c in both.candidates[HN_COMP]}

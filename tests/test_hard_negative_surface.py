@@ -76,8 +76,8 @@ def differences_outside_spans(source: str, negative: str, spans) -> list[str]:
 #: Edits that reorder words: difflib may explain a swap A..B -> B..A as moving the middle instead, so
 #: for these the check is that the words are a permutation of the caption's (articles re-agreeing aside).
 #: So does a negated attribute (the adjective moves behind its noun: "a red hat" -> "a hat that is not red").
-REORDERING = frozenset({"swap_arguments", "swap_nouns", "swap_relations", "swap_attributes", "move_attribute",
-                        "negate_attribute"})
+REORDERING = frozenset({"swap_arguments", "swap_nouns", "swap_phrases", "swap_relations", "swap_attributes",
+                        "move_attribute", "negate_attribute"})
 
 
 #: Words an edit adds around the ones its change names: the compound split's "X and Y" (which also

@@ -87,6 +87,12 @@ def test_bad_input_is_refused_before_parsing(corpus, tmp_path):
         main(["--captions", str(corpus), "--refine-lm", f"{corpus}:val", "--out", str(out)])
     with pytest.raises(SystemExit, match="no such file"):
         main(["--captions", str(corpus), "--extra-heldout-lm", f"{tmp_path}/nope.jsonl:train", "--out", str(out)])
+    with pytest.raises(SystemExit, match="margin must be >= 0"):
+        main(["--captions", str(corpus), "--margin", "-0.1", "--out", str(out)])
+    with pytest.raises(SystemExit, match="--lm-parts must be >= 1"):
+        main(["--captions", str(corpus), "--lm-parts", "0", "--out", str(out)])
+    with pytest.raises(SystemExit, match="fewer images than parts"):
+        main(["--captions", str(corpus), "--lm-parts", "100000", "--out", str(out)])
     assert not out.exists()
 
 
@@ -124,3 +130,22 @@ def test_classifier_and_extra_lms_are_reported_held_out_or_refined(corpus, tmp_p
     assert checks["word-pair logistic regression (grouped folds)"]["held_out"]
     assert not checks["LM order 2 (refined against)"]["held_out"] and "LM order 1 (refined against)" not in checks
     assert any(k.startswith("LM (refined against: ") and not v["held_out"] for k, v in checks.items())
+
+
+def test_lm_parts_are_refined_against_and_the_margin_is_recorded(corpus, tmp_path):
+    out = tmp_path / "parts"
+    assert main(["--captions", str(corpus), "--out", str(out), "--types", "HN-ATOM", "HN-SWAP",
+                 "--classifier-folds", "0", "--lm-parts", "3", "--margin", "0.1"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["lm_parts"] == 3 and report["settings"]["margin"] == 0.1
+    assert report["settings"]["margin_types"] == ["HN-SWAP"]
+    checks = report["types"]["HN-ATOM"]["blind_checks"]
+    parts = [k for k in checks if k.startswith("LM part ")]
+    assert parts == [f"LM part {k}/3 (refined against)" for k in (1, 2, 3)]
+    assert not any(checks[k]["held_out"] for k in parts)
+    assert sum(s.startswith("LM part ") for s in report["scorers"]["refined_against"]) == 3
+    out1 = tmp_path / "noparts"
+    assert main(["--captions", str(corpus), "--out", str(out1), "--types", "HN-ATOM", "--classifier-folds", "0",
+                 "--lm-parts", "1"]) == 0
+    assert not any(k.startswith("LM part ") for k in
+                   json.loads((out1 / "report.json").read_text())["types"]["HN-ATOM"]["blind_checks"])

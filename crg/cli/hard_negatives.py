@@ -72,6 +72,16 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--candidates-per-type", type=int, default=20, help="refinement: candidates per caption and type")
     ap.add_argument("--max-blind-accuracy", type=float, default=0.6,
                     help="refinement: bound on each refined-against scorer's accuracy per type (0.5-1, default 0.6)")
+    ap.add_argument("--margin", type=float, default=0.06,
+                    help="refinement: a scorer's preference for the negative counts against the bound from above "
+                         "only beyond this fraction of its median gap (default 0.06; 0: any preference)")
+    ap.add_argument("--margin-types", nargs="+", choices=TYPES, default=["HN-SWAP"],
+                    help="refinement: the types --margin applies to (default HN-SWAP: the type whose LM gaps are "
+                         "the noisiest; the others keep nearly all captions without it)")
+    ap.add_argument("--lm-parts", type=int, default=2,
+                    help="refinement: also a trigram LM of each of this many disjoint parts of the refinement LM's "
+                         "images (default 2; 1: none), so that a pair counts as lost only where LMs of "
+                         "independent captions agree")
     ap.add_argument("--lm-captions", default=None, help="corpus of the refinement LM (default: --captions)")
     ap.add_argument("--lm-splits", default="train", help="its splits (default train)")
     ap.add_argument("--heldout-captions", default=None, help="corpus of the held-out LM (default: --captions)")
@@ -186,7 +196,8 @@ def main(argv=None) -> int:
     if args.num_captions is not None and args.num_captions < 1:
         raise SystemExit(f"error: --num-captions must be >= 1, got {args.num_captions}")
     try:
-        refinement = RefinementConfig(args.candidates_per_type, args.max_blind_accuracy) if args.refine else None
+        refinement = RefinementConfig(args.candidates_per_type, args.max_blind_accuracy,
+                                      margin=args.margin, margin_types=tuple(args.margin_types)) if args.refine else None
         config = HardNegativeConfig(per_type=args.per_type, types=tuple(dict.fromkeys(args.types)),
                                     min_atom_count=args.min_atom_count, seed=args.seed, refinement=refinement)
     except ValueError as err:
@@ -205,6 +216,8 @@ def main(argv=None) -> int:
             if not Path(path).is_file():
                 raise SystemExit(f"error: {flag} {spec}: no such file {path!r}")
             out_specs.append((path, splits_spec or None))
+    if args.lm_parts < 1:
+        raise SystemExit(f"error: --lm-parts must be >= 1, got {args.lm_parts}")
     if args.classifier_folds == 1 or args.classifier_folds < 0:
         raise SystemExit(f"error: --classifier-folds must be 0 or >= 2, got {args.classifier_folds}")
     for flag in ("captions", "lm_captions", "heldout_captions"):
@@ -246,6 +259,12 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: {heldout_corpus.path} has no split left for the held-out LM "
                          f"(it has {corpus.splits}); give --heldout-captions / --heldout-splits")
     lm_texts = _captions_of(lm_corpus, lm_splits, "--lm-splits") if refinement is not None else []
+    # --lm-parts: the refinement LM's images dealt round-robin into disjoint parts, one LM each
+    lm_parts = [] if refinement is None or args.lm_parts < 2 else [
+        [c for k, im in enumerate(lm_corpus.select(lm_splits).images) if k % args.lm_parts == part for c in im.captions]
+        for part in range(args.lm_parts)]
+    if any(not texts for texts in lm_parts):
+        raise SystemExit(f"error: --lm-parts {args.lm_parts}: the refinement LM's splits have fewer images than parts")
     heldout_texts = _captions_of(heldout_corpus, heldout_splits, "--heldout-splits")
     # which (file, split) each LM reads: a held-out LM shares none with the target or a refinement LM
     def used(path, splits):
@@ -287,7 +306,8 @@ def main(argv=None) -> int:
                 "heldout_splits": list(heldout_splits), "parser": args.parser, "parser_model": args.parser_model,
                 "lm_orders": list(orders), "refine_rules": args.refine_rules,
                 "extra_heldout_lm": list(args.extra_heldout_lm), "refine_lm": list(args.refine_lm),
-                "classifier_folds": args.classifier_folds}
+                "classifier_folds": args.classifier_folds, "margin": args.margin, "margin_types": list(args.margin_types),
+                "lm_parts": args.lm_parts}
     try:
         out = prepare_output_dir(args.out, command="gc-hard-negatives", settings=settings,
                                  mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
@@ -311,6 +331,9 @@ def main(argv=None) -> int:
     heldout_lm = TrigramLM.fit(heldout_texts)
     extra_lms = [(name, desc, TrigramLM.fit(texts)) for name, desc, texts in extra_heldout]
     refine_lms = [(name, desc, TrigramLM.fit(texts)) for name, desc, texts in extra_refine]
+    refine_lms += [(f"LM part {k + 1}/{len(lm_parts)} (refined against)",
+                    f"trigram LM of {len(texts):,} captions, part {k + 1} of {len(lm_parts)} of the refinement LM's "
+                    f"images (round-robin)", TrigramLM.fit(texts)) for k, texts in enumerate(lm_parts)]
     timings["fit LMs"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -117,7 +117,9 @@ def corpus_hard_negatives(captions: Iterable[tuple[str | None, ParsedCaption]], 
                                          key=f"{image_id}\t{p.text}"))
             where.append((ci, t))
     selection = select_negatives(groups, per_group=config.per_type, max_accuracy=ref.max_blind_accuracy,
-                                 pick=ref.pick, spread=ref.spread)
+                                 pick=ref.pick, spread=ref.spread,
+                                 margin=ref.margin if ref.margin_types is None else
+                                 {t: ref.margin for t in ref.margin_types})
     kept = {w: k for w, k in zip(where, selection.kept)}
     for ci, result in enumerate(per_caption):
         negatives, skipped = [], dict(result.skipped)
@@ -134,6 +136,7 @@ def corpus_hard_negatives(captions: Iterable[tuple[str | None, ParsedCaption]], 
     report.refinement = {"scorers": names, "candidates_per_type": ref.candidates_per_type,
                          "max_blind_accuracy": ref.max_blind_accuracy, "extended_edits": ref.extended_edits,
                          "pick": ref.pick,
-                         "spread": ref.spread,
+                         "spread": ref.spread, "margin": ref.margin,
+                         "margin_types": list(ref.margin_types) if ref.margin_types is not None else None,
                          "types": {t: st.as_dict(names) for t, st in selection.stats.items()}}
     return out, report

@@ -23,11 +23,11 @@ from crg.hard_negatives.lexicon import (
     NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
     SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
     is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
-from crg.hard_negatives.morphology import match_case, related_words, vbz_base, word_forms
+from crg.hard_negatives.morphology import is_mistagged_noun, match_case, related_words, vbz_base, word_forms
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
 from crg.hard_negatives.records import (
-    HN_ATOM, HN_NEG, HN_SWAP, CaptionCandidates, CaptionNegatives, Change, HardNegative, HardNegativeConfig,
+    HN_ATOM, HN_COMP, HN_NEG, HN_SWAP, CaptionCandidates, CaptionNegatives, Change, HardNegative, HardNegativeConfig,
     NegativeCandidate)
 from crg.hard_negatives.vocabulary import AtomVocabulary
 
@@ -57,7 +57,10 @@ def _replace(toks: list[EditToken], i: int, word: str, tag: str | None = None) -
 
 
 # ---------------------------------------------------------------------------- HN-SWAP
-def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[list[_Candidate], str]:
+def _swap_candidates(parsed: ParsedCaption, extended: bool = False,
+                     attributes: bool = True) -> tuple[list[_Candidate], str]:
+    """HN-SWAP's candidates; ``extended`` adds swaps of nouns, relations, whole noun phrases and, with
+    ``attributes``, adjectives (left to HN-COMP when it is made too: one text is one type's negative)."""
     toks, out, reason = parsed.edit_tokens(), [], "no predicate with two or more arguments"
     for node in parsed.root.walk():
         kids = node.children
@@ -75,6 +78,9 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                     (x.label in CLAUSE_LABELS and y.label in CLAUSE_LABELS)
                 if not same_kind:
                     reason = "arguments of different kinds" if not out else reason
+                    continue
+                if any(_in_compound(parsed, z) for z in (x, y)):
+                    reason = "argument is part of a compound noun ('water area')" if not out else reason
                     continue
                 if any(_head_word(parsed, z) in RELATIONAL_NOUNS for z in (x, y)):
                     reason = "argument is a spatial phrase (in front of, on top of)" if not out else reason
@@ -101,11 +107,29 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False) -> tuple[lis
                 out.append(_Candidate(tuple(new), Change("swap_arguments", (x.text, y.text), (y.text, x.text),
                                                          node.predicate.template)))
     if extended:
-        more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed)
+        more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed) + _phrase_swap_candidates(parsed) \
+            + (_attribute_swap_candidates(parsed) if attributes else [])
         if not out and not more:
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
         out += more
     return out, reason
+
+
+def _in_compound(parsed: ParsedCaption, node: ConceptNode) -> bool:
+    """Whether a nominal argument is a piece of a longer noun compound: a noun right before it or right
+    after it ("water [area]", "[stone] block wall"); swapped, the compound falls apart."""
+    nouns = ("NN", "NNS", "NNP", "NNPS")
+    end = _without_trailing_punct(parsed, node)
+    before = parsed.tokens[node.start - 1][1] if node.start > 0 else ""
+    after = parsed.tokens[end][1] if end < len(parsed.tokens) else ""
+    return parsed.tokens[node.start][1] in nouns + ("JJ",) and before in nouns or \
+        parsed.tokens[end - 1][1] in nouns and after in nouns
+
+
+def _verb_like_noun(toks: list[EditToken], i: int) -> bool:
+    """A noun followed at once by a determiner is most often a verb the tagger missed ("a cat surf the
+    web"); swapped as a noun, it leaves no sentence."""
+    return i + 1 < len(toks) and toks[i + 1].tag in ("DT", "PRP$") and toks[i + 1].word.lower() != "that"
 
 
 def _without_trailing_punct(parsed: ParsedCaption, node: ConceptNode) -> int:
@@ -128,7 +152,8 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
     toks, out = parsed.edit_tokens(), []
     words = [t.word.lower() for t in toks]
     preps = [i for i, t in enumerate(toks) if t.tag == "IN" and words[i] in SWAPPABLE_PREPOSITIONS
-             and not (i + 1 < len(toks) and words[i + 1] in RELATIONAL_NOUNS)]
+             and not (i + 1 < len(toks) and words[i + 1] in RELATIONAL_NOUNS)
+             and not (i > 0 and toks[i - 1].tag in _HEADED_PREPOSITION_TAGS)]  # "far from", "full of", "out of"
     verbs = [i for i, t in enumerate(toks) if t.tag in _VERB_TAGS and words[i] not in AUXILIARIES
              and words[i].isalpha()]
     for kind, slots in (("preposition", preps), ("verb", verbs)):
@@ -139,12 +164,34 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                     continue
                 if kind == "verb" and all(w in LIST_JOINERS for w in words[i + 1:j]):
                     continue  # "driving and observing": coordinated verbs keep the meaning swapped
+                if kind == "verb" and (_complement_kind(toks, i) != _complement_kind(toks, j)
+                                       or _complement_kind(toks, i) == "other"):
+                    continue  # "getting messy ... eating his cake": one verb's complement does not fit the other
                 if kind == "preposition" and any({words[i], words[j]} <= g for g in PREPOSITION_SYNONYMS):
                     continue  # "in ... into": as good as the same preposition
                 new = _replace(_replace(toks, i, words[j]), j, words[i])
                 out.append(_Candidate(tuple(new), Change("swap_relations", (words[i], words[j]), (words[j], words[i]),
                                                          kind)))
     return out
+
+
+#: A preposition after one of these belongs to the word before it ("far from", "full of", "out of"): it
+#: does not swap with another preposition.
+_HEADED_PREPOSITION_TAGS = frozenset({"JJ", "JJR", "RB", "RBR", "RP"})
+
+
+def _complement_kind(toks: list[EditToken], i: int) -> str:
+    """What follows verb ``i``: a noun phrase, a prepositional phrase, nothing, or something else (an
+    adjective, an adverb: "getting messy"); two verbs swap only where their complements are alike."""
+    nxt = toks[i + 1].tag if i + 1 < len(toks) else "."
+    if nxt in ("DT", "PRP$", "PRP", "CD", "PDT", "NN", "NNS", "NNP", "NNPS", "JJ") and not (
+            nxt == "JJ" and (i + 2 >= len(toks) or toks[i + 2].tag not in PRIMITIVE_TAGS | {"JJ"})):
+        return "object"
+    if nxt in ("IN", "TO", "RP"):
+        return "phrase"
+    if nxt in PUNCT_TAGS or nxt == "CC":
+        return "none"
+    return "other"
 
 
 def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
@@ -170,8 +217,10 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             x, y = mentions[a], mentions[b]
             tx, ty = toks[x.head], toks[y.head]
             if tx.tag != ty.tag or word_forms(tx.word) & word_forms(ty.word) or \
-                    {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
-                continue
+                    {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS or \
+                    is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word) or \
+                    _verb_like_noun(toks, x.head) or _verb_like_noun(toks, y.head):
+                continue  # (a word the lexicon never reads as a noun: "a hospital bad" is a tagging error)
             y_start = y.determiner if y.determiner is not None else y.run_start
             between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
             if modifiers(x) == modifiers(y) and is_order_free(between):
@@ -181,6 +230,9 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 continue  # "on a bicycle on a sidewalk": both places hold, swapped too
             if is_list_between(between):
                 continue  # "a sink , toilet , and vanity": items of one list, order-free
+            if between and between[0][0].lower() in LIST_JOINERS and \
+                    not any(t.startswith(("VB", "IN")) and w.lower() != "of" for w, t in between):
+                continue  # "pastries and several kinds of doughnuts": two items of one list, order-free
             bare_y = y.determiner is None and y.run_start == y.head
             if bare_y and between and all(w.lower() in LIST_JOINERS for w, _ in between):
                 continue  # "wooden spoons and utensils": the second item shares the first's modifiers
@@ -192,6 +244,84 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
             new = _replace(_replace(toks, x.head, wy), y.head, wx)
             out.append(_Candidate(tuple(new), Change("swap_nouns", (wx, wy), (wy, wx), "nouns")))
+    return out
+
+
+def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> bool:
+    """Whether two object mentions may change places (whole phrases): not two forms of one noun, no
+    spatial noun, and not joined by an order-free word, a list or a chain of places (the swap would
+    keep the meaning)."""
+    tx, ty = toks[x.head], toks[y.head]
+    if word_forms(tx.word) & word_forms(ty.word) or {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS:
+        return False
+    if is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word) or _verb_like_noun(toks, x.head) or \
+            _verb_like_noun(toks, y.head):
+        return False  # a tagging error ("a hospital bad", "surf the web"): the phrase is not what the parse says
+    x_start = x.determiner if x.determiner is not None else x.run_start
+    y_start = y.determiner if y.determiner is not None else y.run_start
+    between = [(toks[i].word, toks[i].tag) for i in range(x.head + 1, y_start) if toks[i].tag not in PUNCT_TAGS]
+    if not between or is_order_free(between) or is_list_between(between):
+        return False
+    if any(x0 > 0 and toks[x0 - 1].tag in ("NN", "NNS", "NNP", "NNPS") for x0 in (x_start, y_start)):
+        return False  # the end of a longer name or compound ("Darth [Vader]"): it would fall apart
+    if any(toks[i].word in (",", ";", ":") for i in range(x.head + 1, y_start)):
+        return False  # across a comma: an apposition or another clause ("one pink , the other yellow")
+    if is_place_chain(toks[x_start - 1].word if x_start else None, between):
+        return False
+    return not all(w.lower() in LIST_JOINERS for w, _ in between)
+
+
+def _article_free(word: str) -> str:
+    """A modifier word as a noun swap leaves it: lower-cased, "an" as "a" (it agrees again)."""
+    w = word.lower()
+    return "a" if w == "an" else w
+
+
+def _phrase_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two object noun phrases change places whole, determiner and adjectives with their noun
+    ("a man holding a fragile piece of glass" -> "a fragile piece holding a man of glass"): CREPE's
+    swap of two atoms, with each atom's own modifiers, across whatever relation joins them."""
+    toks, out = parsed.edit_tokens(), []
+    mentions = object_mentions(parsed)
+    for a in range(len(mentions)):
+        for b in range(a + 1, len(mentions)):
+            x, y = mentions[a], mentions[b]
+            if not _swappable_mentions(parsed, toks, x, y):
+                continue
+            xs = x.determiner if x.determiner is not None else x.run_start
+            ys = y.determiner if y.determiner is not None else y.run_start
+            if [_article_free(t.word) for t in toks[xs:x.head]] == [_article_free(t.word) for t in toks[ys:y.head]]:
+                continue  # alike modifiers ("a cat" / "a bed", bare nouns): the same text as swap_nouns
+            first = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[ys:y.head + 1])]
+            second = [EditToken(t.word, t.tag, k == 0, t.initial) for k, t in enumerate(toks[xs:x.head + 1])]
+            new = toks[:xs] + first + toks[x.head + 1:ys] + second + toks[y.head + 1:]
+            px, py = realize_words([t.word for t in toks[xs:x.head + 1]]), realize_words([t.word for t in toks[ys:y.head + 1]])
+            out.append(_Candidate(tuple(new), Change("swap_phrases", (px, py), (py, px), "noun phrases")))
+    return out
+
+
+def _attribute_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two objects' adjectives change places (SugarCrepe's swap-att: "a white dog on a black couch"
+    -> "a black dog on a white couch"): never between two mentions of one noun, nor an adjective the
+    other object already has."""
+    toks, out = parsed.edit_tokens(), []
+    attributed = [m for m in object_mentions(parsed) if m.adjectives]
+    for a in range(len(attributed)):
+        for b in range(a + 1, len(attributed)):
+            x, y = attributed[a], attributed[b]
+            if word_forms(toks[x.head].word) & word_forms(toks[y.head].word):
+                continue
+            xw = {toks[k].word.lower() for k in x.adjectives}
+            yw = {toks[k].word.lower() for k in y.adjectives}
+            for i in x.adjectives:
+                for j in y.adjectives:
+                    wi, wj = toks[i].word.lower(), toks[j].word.lower()
+                    if wi in yw or wj in xw:
+                        continue
+                    new = _replace(_replace(toks, i, wj), j, wi)
+                    hx, hy = toks[x.head].word.lower(), toks[y.head].word.lower()
+                    out.append(_Candidate(tuple(new), Change("swap_attributes", (f"{wi} {hx}", f"{wj} {hy}"),
+                                                             (f"{wj} {hx}", f"{wi} {hy}"), "attribute binding")))
     return out
 
 
@@ -569,7 +699,7 @@ def caption_candidates(parsed: ParsedCaption, *, vocabulary: AtomVocabulary | No
     for hn_type in config.types:
         rng = random.Random(f"{config.seed}:{hn_type}:{image_id}:{source}")
         if hn_type == HN_SWAP:
-            cands, reason = _swap_candidates(parsed, extended)
+            cands, reason = _swap_candidates(parsed, extended, attributes=HN_COMP not in config.types)
         elif hn_type == HN_ATOM:
             cands, reason = _atom_candidates(parsed, vocabulary, draw, banned, rng)
         elif hn_type == HN_NEG:

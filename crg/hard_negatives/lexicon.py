@@ -154,9 +154,12 @@ PREPOSITION_SYNONYMS = (frozenset({"in", "into", "inside", "on", "onto", "upon",
                         frozenset({"over", "above"}), frozenset({"toward", "towards"}))
 #: Words that join the items of a list: two items joined only by these keep the meaning swapped.
 LIST_JOINERS = frozenset({"and", "or", ",", "&", "plus"})
+#: Not "with", "at", "around", "by", "near", "beside": they say too little of where things are, so a swap
+#: with one of them reads as about the same scene ("a woman with flowers in her hair" -> "a woman in flowers
+#: with her hair", "sit at a table around a cake" -> "sit around a table at a cake": issue 33's hand-read).
 SWAPPABLE_PREPOSITIONS = frozenset({
-    "on", "in", "at", "under", "over", "behind", "near", "beside", "above", "below", "inside", "into", "onto",
-    "across", "along", "through", "around", "with", "by", "from", "toward", "towards", "underneath", "beneath",
+    "on", "in", "under", "over", "behind", "above", "below", "inside", "into", "onto",
+    "across", "along", "through", "from", "toward", "towards", "underneath", "beneath",
     "outside", "against", "past", "down", "up"})
 #: Prepositions and their negations of the same length ("a man with a hat" -> "a man without a hat").
 WITH_NEGATIONS = {"with": "without", "without": "with"}

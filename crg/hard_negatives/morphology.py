@@ -15,7 +15,7 @@ import lemminflect
 
 from crg.hard_negatives.lexicon import SYNONYM_GROUPS
 
-__all__ = ["VBZ_BASE", "word_forms", "related_words", "article_for", "vbz_base", "match_case"]
+__all__ = ["VBZ_BASE", "is_mistagged_noun", "word_forms", "related_words", "article_for", "vbz_base", "match_case"]
 
 #: Base forms of the auxiliaries, which lemminflect reads as forms of "be"/"have"/"do" too; kept so the
 #: negation's do-support never depends on a lexicon lookup for them.
@@ -30,6 +30,19 @@ def _noun_forms(w: str) -> frozenset[str]:
         for tag in ("NN", "NNS"):
             out.update(lemminflect.getInflection(lemma, tag=tag))
     return frozenset(x.lower() for x in out)
+
+
+@lru_cache(maxsize=65536)
+def is_mistagged_noun(word: str) -> bool:
+    """Whether a word the tagger called a noun is one the lexicon knows, but never as a noun ("bad" in
+    "a hospital bad", "eat"): swapped as a noun, it leaves a sentence without grammar. A word the
+    lexicon does not know (a brand, "frisbee", a typo) is taken as the tagger says.
+
+    >>> is_mistagged_noun("bad"), is_mistagged_noun("ride"), is_mistagged_noun("frisbee")
+    (True, False, False)
+    """
+    readings = lemminflect.getAllLemmas(word.lower())
+    return bool(readings) and "NOUN" not in readings and "PROPN" not in readings
 
 
 def word_forms(word: str) -> set[str]:
@@ -84,9 +97,12 @@ def vbz_base(w: str) -> str:
 
 
 def match_case(word: str, like: str) -> str:
-    """``word`` capitalised when ``like`` is (a replacement keeps the replaced word's first letter).
+    """``word`` capitalised when ``like`` is (a replacement keeps the replaced word's first letter), all
+    in capitals when ``like`` is (a caption written in capitals stays so).
 
-    >>> match_case("cat", "Dog"), match_case("cat", "dog")
-    ('Cat', 'cat')
+    >>> match_case("cat", "Dog"), match_case("cat", "dog"), match_case("playing", "HAVING")
+    ('Cat', 'cat', 'PLAYING')
     """
+    if len(like) > 1 and like.isupper():
+        return word.upper()
     return word[:1].upper() + word[1:] if like[:1].isupper() else word

@@ -49,6 +49,9 @@ def false_because(change: Change) -> FalseReason:
     if op == "swap_nouns":
         return FalseReason(f"the objects {b[0]!r} and {b[1]!r} in their roles",
                            f"{b[0]!r} and {b[1]!r} change places, their modifiers and relations staying")
+    if op == "swap_phrases":
+        return FalseReason(f"the objects {b[0]!r} and {b[1]!r} in their roles",
+                           f"{b[0]!r} and {b[1]!r} change places with their modifiers, the relations staying")
     if op == "swap_relations":
         return FalseReason(f"the {where}s {b[0]!r} and {b[1]!r} each with its arguments",
                            f"the {where}s {b[0]!r} and {b[1]!r} change places, their arguments staying")

@@ -102,6 +102,13 @@ class RefinementConfig:
             classifier learns that turned-round cue).
         spread: when balancing removes pairs, a caption's first pick goes after its other picks
             (among pairs that ease as many bounds), so that more captions keep a negative.
+        margin: balancing counts a scorer's preference for the negative against the bound from above
+            only beyond this fraction of the scorer's median absolute gap over the type (an exact tie
+            stays a tie; the bound from below counts plain preferences), and the closest pick aims at
+            such pairs. Selecting on a noisy score keeps pairs it loses by a hair, which another scorer
+            of the same kind (an LM of other captions) mostly still wins; pairs lost clearly hold up
+            better (:func:`crg.hard_negatives.refine.select_negatives`).
+        margin_types: the types the margin applies to (None: all); the others are balanced without.
     """
 
     candidates_per_type: int = 20
@@ -109,6 +116,8 @@ class RefinementConfig:
     extended_edits: bool = True
     pick: str = "close"
     spread: bool = True
+    margin: float = 0.0
+    margin_types: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.candidates_per_type < 1:
@@ -118,6 +127,13 @@ class RefinementConfig:
                              f"{self.max_blind_accuracy}")
         if self.pick not in PICK_RULES:
             raise ValueError(f"pick must be one of {PICK_RULES}, got {self.pick!r}")
+        if not self.margin >= 0.0:
+            raise ValueError(f"margin must be >= 0 (a fraction of the type's median gap), got {self.margin}")
+        if self.margin_types is not None:
+            object.__setattr__(self, "margin_types", tuple(self.margin_types))
+            unknown = set(self.margin_types) - set(HN_TYPES)
+            if unknown:
+                raise ValueError(f"margin_types: unknown types {sorted(unknown)} (known: {list(HN_TYPES)})")
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ trained on the other half (docs/hard_negatives.md, "Adversarial refinement").
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -215,7 +215,8 @@ def _accuracy(wins: list[tuple[float, ...]], num_scorers: int) -> tuple[float, .
 
 
 def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_accuracy: float,
-                     pick: str = "lose", spread: bool = False) -> Selection:
+                     pick: str = "lose", spread: bool = False,
+                     margin: float | Mapping[str, float] = 0.0) -> Selection:
     """Keep at most ``per_group`` candidates per group such that, per type, every scorer prefers the
     source in between ``1 - max_accuracy`` and ``max_accuracy`` (0.5-1) of the kept pairs (steps 3
     and 4 of the module doc).
@@ -224,7 +225,11 @@ def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_ac
     normalised gaps) or ``"close"`` (the smallest sum over scorers of ``min(|gap| / scale, 4)``:
     the candidates every scorer finds about as plausible as the caption). ``spread``: in step 4, among
     pairs that ease as many bounds and worsen as few, a caption's first pick goes after its other
-    picks, so that as many captions as possible keep a negative.
+    picks, so that as many captions as possible keep a negative. ``margin`` (>= 0): a scorer that
+    prefers the negative by less than ``margin`` times its median absolute gap over the type still
+    counts as preferring the caption (an exact tie stays a tie): the balance then rests on pairs a
+    scorer loses clearly, which another scorer of the same kind loses too more often than the ones it
+    loses by a hair (the winner's curse of selecting on a noisy score).
 
     Every group must have as many scores per source and candidate (S >= 1).
     """
@@ -234,6 +239,9 @@ def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_ac
         raise ValueError(f"per_group must be >= 1, got {per_group}")
     if not 0.5 <= max_accuracy <= 1.0:
         raise ValueError(f"max_accuracy must be in [0.5, 1], got {max_accuracy}")
+    margins = dict(margin) if isinstance(margin, Mapping) else None
+    if not all(m >= 0.0 for m in (margins.values() if margins is not None else [margin])):
+        raise ValueError(f"margin must be >= 0, got {margin}")
     sizes = {len(g.source_scores) for g in groups} | {len(c) for g in groups for c in g.candidate_scores}
     if len(sizes) > 1 or 0 in sizes:
         raise ValueError(f"every source and candidate needs the same number (>= 1) of scores, "
@@ -246,12 +254,14 @@ def select_negatives(groups: Sequence[CandidateGroup], *, per_group: int, max_ac
         by_type.setdefault(g.type, []).append(gi)
     for hn_type, members in by_type.items():
         stats[hn_type] = _select_type([groups[gi] for gi in members], members, kept, per_group, max_accuracy,
-                                      num_scorers, pick, spread)
+                                      num_scorers, pick, spread,
+                                      margin if margins is None else margins.get(hn_type, 0.0))
     return Selection([tuple(sorted(k)) for k in kept], stats)
 
 
 def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[list[int]], per_group: int,
-                 max_accuracy: float, num_scorers: int, pick: str = "lose", spread: bool = False) -> TypeSelection:
+                 max_accuracy: float, num_scorers: int, pick: str = "lose", spread: bool = False,
+                 margin: float = 0.0) -> TypeSelection:
     S = range(num_scorers)
     # gaps[g][c][j]: source score - candidate score, > 0 = scorer j prefers the true caption
     gaps = [[tuple(g.source_scores[j] - c[j] for j in S) for c in g.candidate_scores] for g in groups]
@@ -260,12 +270,16 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
         nonzero = sorted(abs(gc[j]) for gg in gaps for gc in gg if gc[j] != 0 and math.isfinite(gc[j]))
         scale.append(nonzero[len(nonzero) // 2] if nonzero else 1.0)
 
-    def wins(gap):
+    def wins(gap):  # what each scorer says of the pair (reported)
         return tuple(_win(gap[j]) for j in S)
 
+    def counted(gap):  # what balancing counts: a loss by less than the margin is a win, an exact tie a tie
+        return tuple(_win(gap[j] + margin * scale[j] if gap[j] != 0 else 0.0) for j in S)
+
     def hardness(gap):  # lower = harder to tell from the caption
-        if pick == "close":
-            return (sum(min(abs(gap[j]) / scale[j], _CLOSE_CAP) for j in S),)
+        if pick == "close":  # closest to losing by the margin (to a tie without one)
+            return (sum(min(abs(gap[j] + (margin * scale[j] if gap[j] != 0 else 0.0)) / scale[j], _CLOSE_CAP)
+                        for j in S),)
         return sum(wins(gap)), sum(gap[j] / scale[j] for j in S)
 
     all_wins = [wins(gc) for gg in gaps for gc in gg]
@@ -280,13 +294,17 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
             first.add((gpos, order[0]))
     # step 4: remove pairs until every scorer's accuracy is within [1 - max_accuracy, max_accuracy]
     alive = set(pool)
-    item_wins = {it: wins(gaps[it[0]][it[1]]) for it in pool}
-    total = [sum(w[j] for w in item_wins.values()) for j in S]
+    # the bound from above counts wins with the margin, the one from below plain wins (a scorer must
+    # not prefer the negatives too often either, margin or not); without a margin the two are one
+    item_up = {it: counted(gaps[it[0]][it[1]]) for it in pool}
+    item_low = {it: wins(gaps[it[0]][it[1]]) for it in pool}
+    total_up = [sum(w[j] for w in item_up.values()) for j in S]
+    total_low = [sum(w[j] for w in item_low.values()) for j in S]
 
     def violated():  # (scorer, +1): prefers the caption too often; (scorer, -1): the negative
         n = len(alive)
-        return tuple([(j, 1) for j in S if total[j] > max_accuracy * n + 1e-9] +
-                     [(j, -1) for j in S if total[j] < (1.0 - max_accuracy) * n - 1e-9])
+        return tuple([(j, 1) for j in S if total_up[j] > max_accuracy * n + 1e-9] +
+                     [(j, -1) for j in S if total_low[j] < (1.0 - max_accuracy) * n - 1e-9])
 
     # A pair's place in the removal order depends only on the pair and the set of violated bounds,
     # of which there are at most 3^S: each set's order is sorted once, and a cursor walks it. Pairs
@@ -299,11 +317,11 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
         """The pairs whose removal eases a bound in ``bad``: most eased, fewest worsened, most obvious first."""
         keyed = []
         for it in pool:
-            w, gap = item_wins[it], gaps[it[0]][it[1]]
-            helps = [j for j, d in bad if w[j] == (1.0 if d > 0 else 0.0)]
+            up, low, gap = item_up[it], item_low[it], gaps[it[0]][it[1]]
+            helps = [j for j, d in bad if (up[j] == 1.0 if d > 0 else low[j] == 0.0)]
             if not helps:
                 continue
-            hurts = sum(w[j] == (0.0 if d > 0 else 1.0) for j, d in bad)
+            hurts = sum((up[j] == 0.0 if d > 0 else low[j] == 1.0) for j, d in bad)
             strength = sum(abs(gap[j]) / scale[j] for j in helps)
             protected = spread and it in first
             keyed.append(((-len(helps), hurts, protected, -strength, groups[it[0]].key, it), it))
@@ -323,7 +341,8 @@ def _select_type(groups: list[CandidateGroup], members: list[int], kept: list[li
                 continue
             alive.discard(it)
             for j in S:
-                total[j] -= item_wins[it][j]
+                total_up[j] -= item_up[it][j]
+                total_low[j] -= item_low[it][j]
             now = violated()
             if now != bad:
                 bad, changed = now, True
