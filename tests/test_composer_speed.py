@@ -220,6 +220,25 @@ def test_composer_fast_path_gives_the_reference_outputs_and_gradients(overrides,
             torch.testing.assert_close(p_fast.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_composer_fast_path_on_captions_without_primitives(overrides, tokenizer):
+    """0-ary concepts only: level 1 has no children to modulate and no level 0 exists."""
+    ref, fast = _pair(Composer, overrides)
+    programs = [ConceptProgram.from_derivations([(t, t, [])]) for t in ("it is raining", "nobody is here")]
+    batch = ProgramBatch.collate(programs, tokenizer)
+    regions, geometry, mask = _inputs(3)
+    pair_image, pair_caption = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 1, 0])
+    outs = [m(regions, geometry, mask, batch, pair_image, pair_caption) for m in (ref, fast)]
+    torch.testing.assert_close(outs[1].node_scores, outs[0].node_scores, rtol=1e-5, atol=1e-5)
+    w = torch.randn_like(outs[0].node_scores)
+    for out in outs:
+        (out.node_scores * w).sum().backward()
+    for (name, p_ref), p_fast in zip(ref.named_parameters(), fast.parameters()):
+        assert (p_ref.grad is None) == (p_fast.grad is None), name
+        if p_ref.grad is not None:
+            torch.testing.assert_close(p_fast.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_flat_fast_path_gives_the_reference_scores_and_gradients(tokenizer):
     ref, fast = _pair(FlatCrossTransformer, {})
     sentences = [p.texts[p.root] for p in random_programs(seed=4, n=6)]
