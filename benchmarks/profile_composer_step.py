@@ -183,6 +183,22 @@ def narrow_module(module, width: int):
     return ComposerModule(cfg, module.optim, load_pretrained=False)
 
 
+def softmax_ms(keys: int, rows: int = 9680, repeats: int = 30) -> tuple[float, float]:
+    """(forward, forward + backward) ms of torch's CPU softmax over ``keys`` keys on ``rows`` rows (the CT's
+    level-1 attention: 242 items x 4 heads x 10 queries): why the packed layers pad the scores to 16 keys."""
+    import torch
+
+    x = torch.randn(rows, keys, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    forward, both = [], []
+    for _ in range(repeats):
+        started = time.thread_time()
+        y = x.softmax(-1)
+        forward.append(time.thread_time() - started)
+        y.backward(torch.ones_like(y))
+        both.append(time.thread_time() - started)
+    return statistics.median(forward) * 1e3, statistics.median(both) * 1e3
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=23, help="training steps per path")
@@ -244,6 +260,7 @@ def main(argv=None) -> int:
             narrow.step(batch, i, timed=i >= args.warmup)
     flops = {fast: step_flops(steppers[fast], batches[args.steps:], args.steps) for fast in (False, True)}
     rate = matmul_rate()
+    softmax = {keys: softmax_ms(keys) for keys in (10, 15, 16, 32)}
     load.append(os.getloadavg()[0])
 
     result = {"benchmark": "profile_composer_step", "args": vars(args), "machine": machine("cpu"), "load": load,
@@ -266,6 +283,9 @@ def main(argv=None) -> int:
                                                                                       key=lambda kv: -kv[1])}
     print("fast path forward by section (ms CPU / step): " + ", ".join(
         f"{k} {v:.1f}" for k, v in result["fast_forward_sections_ms"].items()))
+    result["softmax_ms"] = {k: {"forward": f, "forward_backward": b} for k, (f, b) in softmax.items()}
+    print("torch's CPU softmax on 9,680 rows, ms forward / forward + backward: " + ", ".join(
+        f"{k} keys {f:.2f} / {b:.2f}" for k, (f, b) in softmax.items()))
     ref, fast = result["paths"]["reference"], result["paths"]["fast"]
     if narrow is not None:
         floor_ms = statistics.median([sum(v[i] for v in narrow.parts.values()) for i in range(timed_steps)]) * 1e3
