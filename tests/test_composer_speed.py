@@ -90,10 +90,10 @@ def test_packed_cross_attention_matches_the_padded_layer_at_real_tokens(shared_i
     _assert_same_grads(_grads(reference, w, inputs), _grads(fast, w, inputs))
 
 
-@pytest.mark.parametrize("keys", [5, 16, 21])
+@pytest.mark.parametrize("keys", [5, 16, 21, 130])
 def test_explicit_attention_matches_torchs_at_any_key_count(keys):
-    """The packed layers' attention (scores padded to 16 key slots on CPU when shorter) against the reference
-    layers' ``scaled_dot_product_attention``, values and gradients, masked keys included."""
+    """The packed layers' attention (scores padded to 16 key slots on CPU when shorter; torch's kernels past 128)
+    against the reference layers' ``scaled_dot_product_attention``, values and gradients, masked keys included."""
     from composer.models.composer.attention import _Attention, softmax_key_length
 
     torch.manual_seed(0)

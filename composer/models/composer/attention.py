@@ -114,14 +114,17 @@ class _Attention(nn.Module):
                         key_mask: torch.Tensor) -> torch.Tensor:
         """:meth:`attend` written out (scores, masked softmax, weighted sum): the packed layers' attention.
 
-        Why: with short sequences PyTorch's math attention spends more on its own bookkeeping (a float
-        copy of the mask, both operands scaled, a softmax guarding against all-masked rows) than on the
-        products; every row here has a real key), and its softmax runs on at least 16 key slots
-        (:func:`softmax_key_length`). Same arguments and (B, T, H * hs) result as :meth:`attend`, up to float
-        rounding.
+        Why: for the short sequences that :meth:`attend` gives PyTorch's math kernel on CPU, that kernel
+        spends more on its own bookkeeping (a float copy of the mask, both operands scaled, a softmax guarding
+        against all-masked rows; every row here has a real key) than on the products, and its softmax runs on
+        fewer than 16 key slots, torch's slow case (:func:`softmax_key_length`). Elsewhere (GPUs, sequences
+        over ``CPU_MATH_ATTENTION_MAX_LENGTH``) this is :meth:`attend`. Same arguments and (B, T, H * hs)
+        result as :meth:`attend`, up to float rounding.
         """
         B, H, T, hs = q.shape
         K = k.shape[2]
+        if q.device.type != "cpu" or max(T, K) > CPU_MATH_ATTENTION_MAX_LENGTH:
+            return self.attend(q, k, v, key_mask)
         scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(hs))     # (B, H, T, K)
         slots = softmax_key_length(q.device, K)
         if slots != K:  # masked slots up to the softmax's fast length (softmax_key_length), dropped after it
