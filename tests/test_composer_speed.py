@@ -90,6 +90,36 @@ def test_packed_cross_attention_matches_the_padded_layer_at_real_tokens(shared_i
     _assert_same_grads(_grads(reference, w, inputs), _grads(fast, w, inputs))
 
 
+@pytest.mark.parametrize("keys", [5, 16, 21, 130])
+def test_explicit_attention_matches_torchs_at_any_key_count(keys):
+    """The packed layers' attention (scores padded to 16 key slots on CPU when shorter; torch's kernels past 128)
+    against the reference layers' ``scaled_dot_product_attention``, values and gradients, masked keys included."""
+    from composer.models.composer.attention import _Attention, softmax_key_length
+
+    torch.manual_seed(0)
+    att = _Attention(D, D, 18, 3, dropout=0.0, eps=1e-12)
+    q = torch.randn(B, 3, T, 6, requires_grad=True)
+    k = torch.randn(B, 3, keys, 6, requires_grad=True)
+    v = torch.randn(B, 3, keys, 6, requires_grad=True)
+    key_mask = _pad_mask([keys, 1, max(1, keys - 3), 2, keys], keys)
+    reference, fast = att.attend(q, k, v, key_mask), att.attend_explicit(q, k, v, key_mask)   # (B, T, 18)
+    assert fast.shape == reference.shape
+    torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-6)
+    w = torch.randn_like(reference)
+    _assert_same_grads(_grads(reference, w, [q, k, v]), _grads(fast, w, [q, k, v]))
+    assert softmax_key_length(torch.device("cpu"), keys) == max(keys, 16)
+    assert softmax_key_length(torch.device("meta"), keys) == keys
+
+
+def test_fused_projections_are_the_separate_ones():
+    torch.manual_seed(0)
+    layer = TransformerLayer(D, 3, 40, encoder_size=D, attention_size=18, dropout=0.0)
+    x = torch.randn(B, D)
+    att = layer.attention.self
+    torch.testing.assert_close(layer.attention.fused_qkv(x), torch.cat([att.query(x), att.key(x), att.value(x)], -1))
+    torch.testing.assert_close(layer.attention.fused_qkv(x, "kv"), torch.cat([att.key(x), att.value(x)], -1))
+
+
 def test_pack_tokens_needs_a_real_first_token():
     with pytest.raises(ValueError, match="first token"):
         pack_tokens(torch.zeros(2, 3, 4), torch.tensor([[True, True, False], [False, True, False]]))
@@ -183,6 +213,25 @@ def test_composer_fast_path_gives_the_reference_outputs_and_gradients(overrides,
     assert torch.equal(outs[1].node_mask, outs[0].node_mask)
     w = torch.randn_like(outs[0].node_scores)
     for m, out in zip((ref, fast), outs):
+        (out.node_scores * w).sum().backward()
+    for (name, p_ref), p_fast in zip(ref.named_parameters(), fast.parameters()):
+        assert (p_ref.grad is None) == (p_fast.grad is None), name
+        if p_ref.grad is not None:
+            torch.testing.assert_close(p_fast.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_composer_fast_path_on_captions_without_primitives(overrides, tokenizer):
+    """0-ary concepts only: level 1 has no children to modulate and no level 0 exists."""
+    ref, fast = _pair(Composer, overrides)
+    programs = [ConceptProgram.from_derivations([(t, t, [])]) for t in ("it is raining", "nobody is here")]
+    batch = ProgramBatch.collate(programs, tokenizer)
+    regions, geometry, mask = _inputs(3)
+    pair_image, pair_caption = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 1, 0])
+    outs = [m(regions, geometry, mask, batch, pair_image, pair_caption) for m in (ref, fast)]
+    torch.testing.assert_close(outs[1].node_scores, outs[0].node_scores, rtol=1e-5, atol=1e-5)
+    w = torch.randn_like(outs[0].node_scores)
+    for out in outs:
         (out.node_scores * w).sum().backward()
     for (name, p_ref), p_fast in zip(ref.named_parameters(), fast.parameters()):
         assert (p_ref.grad is None) == (p_fast.grad is None), name

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer.models.composer.composition_transformer import AlignmentScorer, CompositionTransformer, pack_tokens
+from composer.models.composer.composition_transformer import AlignmentScorer, CompositionTransformer, PackedTokens
 from composer.models.composer.config import ComposerConfig
 from composer.models.composer.film import Modulator
 from composer.models.composer.losses import OrderScores
@@ -295,6 +295,13 @@ class Composer(PretrainedModel, nn.Module):
             table = torch.cat(outputs)                                          # (W_<lvl, D)
             p = inv_preds[items.start - composed.start: items.stop - composed.start]  # (n,)
             t = int(item_length[items.start - composed.start: items.stop - composed.start].max())  # longest here
+            if self.fast_path:  # real tokens only, [CLS] only in the last layer
+                tokens = self._level_tokens(pt_states, ph_terms if ph_pos.shape[1] else None, table,
+                                            work_children[items], p, slots[p, :t], tmask[p, :t])
+                outputs.append(self.composition_transformer(
+                    tokens, None, ct_visual, region_mask, item_image=work_image[items],
+                    visual_kv=ct_visual_kv))                                                       # (n, D)
+                continue
             seq = pt_states[p, :t]                                              # (n, t, D)
             if ph_pos.shape[1]:
                 kids = work_children[items]                                     # (n, A)
@@ -306,14 +313,50 @@ class Composer(PretrainedModel, nn.Module):
                 slot = slots[p, :t]                                             # (n, t), -1 = not a placeholder
                 at_slot = modulated.gather(1, slot.clamp_min(0)[..., None].expand(-1, -1, D))  # (n, t, D)
                 seq = torch.where((slot >= 0)[..., None], at_slot, seq)        # (n, t, D)
-            if self.fast_path:  # real tokens only, [CLS] only in the last layer
-                outputs.append(self.composition_transformer(
-                    pack_tokens(seq, tmask[p, :t]), None, ct_visual, region_mask, item_image=work_image[items],
-                    visual_kv=ct_visual_kv))                                                       # (n, D)
-            else:
-                outputs.append(self.composition_transformer(
-                    seq, tmask[p, :t], ct_visual, region_mask, item_image=work_image[items]))  # (n, D)
+            outputs.append(self.composition_transformer(
+                seq, tmask[p, :t], ct_visual, region_mask, item_image=work_image[items]))  # (n, D)
         return torch.cat(outputs)                                               # (W, D)
+
+    def _level_tokens(self, pt_states: torch.Tensor, ph_terms: tuple[torch.Tensor, ...] | None, table: torch.Tensor,
+                      kids: torch.Tensor, p: torch.Tensor, slot: torch.Tensor, mask: torch.Tensor) -> PackedTokens:
+        """One level's Composition Transformer input as packed real tokens, built without the padded rows.
+
+        Each real token is either the PT's state of its template token or, at a placeholder, the modulated
+        child; both are gathered in one index into ``[PT states; modulated children]``, and the modulator runs
+        on the real (item, argument) pairs only (the padded path modulates every argument slot, (n, A)).
+        The same tokens as :func:`pack_tokens` of the padded sequence; tested against it.
+
+        Args:
+            pt_states: (P', T, D) the PT's output for the composed items' templates (0 at padding).
+            ph_terms: the modulator's placeholder terms, each (P', A, D) (:meth:`Modulator.placeholder_terms`;
+                none for ``replace``); None when no template has a placeholder.
+            table: (W_<lvl, D) embeddings of the work items below this level.
+            kids: (n, A) each item's child work items in argument order; -1 padding.
+            p: (n,) each item's template (row of ``pt_states``).
+            slot: (n, t) argument index at each placeholder token, -1 elsewhere.
+            mask: (n, t) bool, True = real token.
+
+        Returns:
+            :class:`PackedTokens` of the n items' real tokens.
+        """
+        P, T, D = pt_states.shape
+        n, t = mask.shape
+        source = pt_states.reshape(P * T, D)                                    # (P' * T, D)
+        index = p[:, None] * T + torch.arange(t, device=p.device)[None, :]     # (n, t) rows of source
+        is_slot = slot >= 0                                                     # (n, t)
+        if ph_terms is not None and bool(is_slot.any()):
+            real = kids >= 0                                                    # (n, A)
+            item, arg = real.nonzero(as_tuple=True)                            # (M,) real (item, argument) pairs
+            child = table[kids[item, arg]]                                      # (M, D)
+            modulated = self.modulator.bind(tuple(x[p[item], arg] for x in ph_terms), child)  # (M, D)
+            source = torch.cat([source, modulated])                             # (P' * T + M, D)
+            pair_row = torch.cumsum(real.flatten(), 0).view(n, -1) - 1         # (n, A) row among the M pairs
+            at_slot = P * T + pair_row.gather(1, slot.clamp_min(0))             # (n, t)
+            index = torch.where(is_slot, at_slot, index)                        # (n, t)
+        where = mask.flatten().nonzero()[:, 0]                                  # (N,)
+        counts = mask.sum(1)                                                    # (n,)
+        first = torch.cumsum(counts, 0) - counts                                # (n,)
+        return PackedTokens(source.index_select(0, index.flatten().index_select(0, where)), where, mask, first)
 
     def _word_inputs(self, plan: ExecutionPlan, programs: ProgramBatch, prim: slice,
                      device: torch.device) -> _WordInputs:
