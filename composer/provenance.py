@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib
 import os
 import platform
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["cpu_model", "git_sha", "hardware_description"]
+__all__ = ["LIBRARY_PACKAGES", "CodeIdentity", "code_identity", "cpu_model", "git_sha", "hardware_description"]
 
 
 def cpu_model() -> str:
@@ -19,6 +22,36 @@ def cpu_model() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return model
+
+
+LIBRARY_PACKAGES = ("composer", "features", "crg")
+
+
+@dataclass(frozen=True)
+class CodeIdentity:
+    """Which code a process imports: the digest of the library's Python sources and where they were found."""
+
+    digest: str
+    location: str
+
+
+def code_identity() -> CodeIdentity:
+    """A digest of every ``.py`` file of the library's packages as this interpreter imports them.
+
+    Why: a study's Ray workers put the driver's working directory first on ``sys.path``, so a study started
+    in a checkout other than the installed one ran the installed code in the driver and the other checkout's
+    in the workers (seen on the converge study); comparing digests catches that, and any cluster node with
+    other code, before the first run.
+    """
+    sha = hashlib.sha256()
+    roots = []
+    for name in LIBRARY_PACKAGES:
+        root = Path(importlib.import_module(name).__file__).resolve().parent
+        roots.append(str(root))
+        for path in sorted(root.rglob("*.py")):
+            sha.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
+            sha.update(path.read_bytes())
+    return CodeIdentity(sha.hexdigest()[:16], str(Path(roots[0]).parent))
 
 
 def git_sha() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -236,3 +237,37 @@ def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():
     finally:
         for n, level in before.items():
             logging.getLogger(n).setLevel(level)
+
+
+@pytest.mark.slow  # two local Ray starts: about 30 s
+def test_a_study_whose_ray_workers_import_other_code_stops_before_any_run(tmp_path, monkeypatch):
+    """A local Ray's workers put the driver's working directory first on sys.path: a study started in another
+    checkout than the installed one trained in the workers with that checkout's code (seen on the converge
+    study, where Tune's trials then failed to unpickle). The check compares the library's source digests."""
+    import shutil
+
+    import ray
+
+    import composer
+    from composer.provenance import LIBRARY_PACKAGES, code_identity
+    from composer.study.execute import WorkerCodeMismatch, check_worker_code
+
+    root = Path(composer.__file__).resolve().parents[1]
+    other = tmp_path / "other_checkout"
+    for name in LIBRARY_PACKAGES:
+        shutil.copytree(root / name, other / name, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(other)
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        check_worker_code()  # a copy with the same sources is the same code
+    finally:
+        ray.shutdown()
+    with open(other / "composer" / "study" / "execute.py", "a") as f:
+        f.write("\n# edited in the other checkout\n")
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        with pytest.raises(WorkerCodeMismatch, match=rf"from {other}.* than this process \({root}\)"):
+            check_worker_code()
+    finally:
+        ray.shutdown()
+    assert code_identity().location == str(root)  # the driver's own code is unchanged

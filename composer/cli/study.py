@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     from composer.study.config import get_profile, study_runs
     from composer.study.runner import run_study
     from crg.outputs import write_text_atomic
+    from composer.study.execute import WorkerCodeMismatch
     from composer.study.search import SearchInterrupted
     from crg.ray_engine import RayConnectError, check_address
 
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
         results = run_study(args.out, profile, seeds=config.seeds, runs=study_runs(profile, config.runs),
                             report_only=args.report_only, data=config.data, search=config.search,
                             search_only=config.search_only, options=config.options)
-    except (RayConnectError, SearchInterrupted) as err:
+    except (RayConnectError, SearchInterrupted, WorkerCodeMismatch) as err:
         raise SystemExit(f"error: {err}") from None
     if not args.report_only:  # the configuration this invocation ran (seeds and runs may grow later); after the
         write_text_atomic(Path(args.out) / CONFIG_FILE, text)  # study accepted its folder, so a refusal keeps it

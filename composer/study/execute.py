@@ -316,10 +316,38 @@ def ray_resources(options: StudyOptions) -> tuple[int, int]:
             from composer.study.fate import watch
 
             watch()
+        check_worker_code()
     node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
     cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     return cpus, gpus
+
+
+class WorkerCodeMismatch(RuntimeError):
+    """Ray's workers import other library code than this process (a one-line error before any run)."""
+
+
+def check_worker_code() -> None:
+    """Raise :class:`WorkerCodeMismatch` unless a Ray worker imports the same library sources as this driver
+    (:func:`composer.provenance.code_identity`): runs trained by other code than the study records, or
+    trials whose function the workers cannot find, would otherwise surface hours later."""
+    import ray
+
+    from composer.provenance import code_identity
+
+    mine = code_identity()
+    try:
+        theirs = ray.get(ray.remote(code_identity).options(num_cpus=0).remote())
+    except Exception as err:  # a worker whose code lacks even this function
+        theirs = None
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if theirs is None or theirs.digest != mine.digest:
+        where = f"from {theirs.location}" if theirs else f"(they failed: {detail})"
+        raise WorkerCodeMismatch(
+            f"Ray's workers import other library code {where} than this process ({mine.location}): a local "
+            f"Ray's workers put the working directory first on sys.path, so start the study from the checkout "
+            f"the package is installed from (or set PYTHONPATH to the checkout you run from) and, on a cluster, "
+            f"install the same code on every node")
 
 
 def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,
