@@ -201,6 +201,53 @@ def test_training_killed_at_a_random_point_resumes_to_the_uninterrupted_weights(
     assert not [p for p in (out / "checkpoints").iterdir() if p.name.endswith(".tmp")]
 
 
+def _train_slowly_then_killed(recipe, options, out, step: int, pause: float):
+    import time
+
+    import lightning as L
+
+    from composer.training.fit import train
+
+    class Slow(L.Callback):
+        def on_train_batch_end(self, *args):
+            time.sleep(pause)
+
+    class SigkillAt(L.Callback):
+        def on_train_batch_start(self, trainer, *args):
+            if trainer.global_step == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    train(recipe, options, out, callbacks=[Slow(), SigkillAt()])
+
+
+def test_a_resumed_run_counts_the_training_seconds_of_its_killed_segments(tiny_training, tmp_path):
+    """``train_seconds`` of a resumed run is the sum over its segments up to each one's last checkpoint (it was the
+    last segment's alone: a converge search trial resumed near its end reported 226 s for 2,500 steps)."""
+    import multiprocessing
+    import time
+
+    import torch
+
+    from composer.training.fit import train
+
+    recipe, options, reference, _ = tiny_training
+    out = tmp_path / "run"
+    child = multiprocessing.get_context("fork").Process(target=_train_slowly_then_killed,
+                                                         args=(recipe, options(), out, 10, 0.5))
+    child.start()
+    child.join(300)
+    assert child.exitcode == -signal.SIGKILL
+    state = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    saved = next(v for k, v in state["callbacks"].items() if k.startswith("Timer"))["time_elapsed"]["train"]
+    assert saved >= 8 * 0.5  # 8 slow steps before the checkpoint at step 8
+    started = time.perf_counter()
+    resumed = train(recipe, options(resume=True), out)
+    wall = time.perf_counter() - started
+    assert resumed["global_step"] == reference["global_step"]
+    assert resumed["train_seconds"] > wall  # more than this segment: the killed one's seconds are in it
+    assert saved <= resumed["train_seconds"] <= saved + wall + 0.2
+
+
 # ---------------------------------------------------------------------------- graph and split commands
 def _without_timings(value):
     """A JSON value without its wall-clock entries (``*seconds*``, ``*per_second``) and how much came from a cache (a rerun reads

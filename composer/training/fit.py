@@ -113,6 +113,16 @@ def deterministic_algorithms(options: TrainerOptions) -> bool:
     return options.deterministic if options.deterministic is not None else not _use_gpu(options)
 
 
+def earlier_segments_seconds(timer) -> float:
+    """The training seconds of a run's earlier, killed segments, restored from its checkpoint by Lightning's
+    ``Timer`` (0 for a run trained in one go). Why: ``train_seconds`` of a resumed run counted only the last
+    segment (a search trial resumed near its end reported 226 s for 2,500 steps). Time after a killed
+    segment's last checkpoint is not counted: those steps are trained, and counted, again."""
+    start, end = timer.start_time("train"), timer.end_time("train")
+    this_segment = end - start if start is not None and end is not None else 0.0
+    return max(0.0, timer.time_elapsed("train") - this_segment)
+
+
 def training_precision(options: TrainerOptions) -> str:
     """``options.precision``, else bf16 on a GPU (the paper's setting on current hardware) and fp32 on CPU."""
     return options.precision or ("bf16-mixed" if _use_gpu(options) else "32-true")
@@ -188,7 +198,7 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
     ``results`` holds the run's own keys (its config); timing, git, hardware, the checkpoint, val and test
     are added. ``callbacks`` are added to the trainer's (e.g. a hyperparameter search's reporter).
     """
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.callbacks import ModelCheckpoint, Timer
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     module, dm = run.module, run.datamodule
@@ -206,6 +216,8 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
         cadence = {"check_val_every_n_epoch": options.val_every or val_every}
     if not options.progress or not sys.stderr.isatty():
         callbacks.append(ProgressLog(options.log_every_seconds))
+    timer = Timer(verbose=False)  # its training seconds ride in every checkpoint: a resumed run adds them up
+    callbacks.append(timer)
     from composer.training.checkpoint_io import AtomicCheckpointIO, resume_checkpoint
 
     trainer = L.Trainer(
@@ -239,7 +251,8 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
         from composer.training.checkpoint import export_pretrained
 
         export_pretrained(reported, out / "model")
-    results.update({"train_seconds": round(time.perf_counter() - started, 1), "git": git_sha(),
+    results.update({"train_seconds": round(time.perf_counter() - started + earlier_segments_seconds(timer), 1),
+                    "git": git_sha(),
                     "hardware": torch.cuda.get_device_name(0) if gpu else f"CPU ({torch.get_num_threads()} threads)",
                     "checkpoint": str(reported.relative_to(out)), "model_dir": "model",
                     "global_step": int(trainer.global_step)})
