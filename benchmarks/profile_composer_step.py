@@ -37,9 +37,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from bench_composer import build_module, machine, without_trainer  # (benchmarks/ is the script directory)
+from bench_composer import build_module, machine  # (benchmarks/ is the script directory)
+from bench_composer_speed import README_CLIP
+from bench_composer_speed import Stepper as SpeedStepper
 
-README_LR, README_CLIP = 5e-4, 1.0  # recipes._COMPOSER_WORLD
 PARTS = ("forward", "backward", "clip", "optimizer")
 
 
@@ -96,20 +97,13 @@ def install_sections() -> SectionClock:
     return clock
 
 
-class Stepper:
-    """One module's training step outside a Trainer, each part timed in thread CPU seconds."""
+class Stepper(SpeedStepper):
+    """The speed benchmark's training step (same module set-up and optimiser), each part timed in thread CPU
+    seconds."""
 
     def __init__(self, module, fast: bool):
-        import torch
-
-        module.model.fast_path = fast
-        module.train()
-        self.module = module
-        self.optimizer = torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=README_LR,
-                                          fused=True)
-        without_trainer(module, self.optimizer)
+        super().__init__(module, fast)
         self.parts: dict[str, list[float]] = {p: [] for p in PARTS}
-        self.losses: list[float] = []
 
     def step(self, batch, i: int, timed: bool) -> None:
         import torch
