@@ -150,19 +150,26 @@ DEPS = ("nsubj nsubjpass dobj pobj prep det amod compound nummod poss case aux a
         "predet preconj intj parataxis").split()
 
 
+def random_heads(rng: random.Random, n: int) -> list[int]:
+    """A random dependency tree over ``n`` words as a parser might emit it: non-projective arcs, and one time in
+    ten several roots and cycles."""
+    order = list(range(n))
+    rng.shuffle(order)
+    heads = [0] * n
+    heads[order[0]] = order[0]
+    for k in range(1, n):
+        heads[order[k]] = order[rng.randrange(k)]
+    if rng.random() < 0.1:
+        heads = [i if rng.random() < 0.2 else h for i, h in enumerate(heads)]
+    return heads
+
+
 def test_random_dependency_trees_always_keep_every_word_in_order():
     """Whatever a parser emits (non-projective arcs, several roots, odd labels), no word is lost."""
     rng = random.Random(1234)
     for _ in range(1500):
         n = rng.randint(1, 12)
-        order = list(range(n))
-        rng.shuffle(order)
-        heads = [0] * n
-        heads[order[0]] = order[0]
-        for k in range(1, n):
-            heads[order[k]] = order[rng.randrange(k)]
-        if rng.random() < 0.1:
-            heads = [i if rng.random() < 0.2 else h for i, h in enumerate(heads)]
+        heads = random_heads(rng, n)
         words = [f"w{i}" for i in range(n)]
         tree = dependency_to_constituency(words, [rng.choice(TAGS) for _ in words], heads,
                                           [rng.choice(DEPS) for _ in words])

@@ -40,21 +40,14 @@ def compiled(tmp_path_factory):
 
 
 def random_parses(count: int, seed: int) -> list[tuple]:
-    from test_dep_to_constituency import DEPS, TAGS
+    from test_dep_to_constituency import DEPS, TAGS, random_heads
 
     rng = random.Random(seed)
     words_pool = ["the", "a", '"', "(", ")", "--", "that", "which", "?", "not", "n't", "&", "$", ",", ";", "who"]
     out = []
     for _ in range(count):
         n = rng.randint(1, 14)
-        order = list(range(n))
-        rng.shuffle(order)
-        heads = [0] * n
-        heads[order[0]] = order[0]
-        for k in range(1, n):
-            heads[order[k]] = order[rng.randrange(k)]
-        if rng.random() < 0.1:  # several roots, cycles
-            heads = [i if rng.random() < 0.2 else h for i, h in enumerate(heads)]
+        heads = random_heads(rng, n)
         words = [rng.choice(words_pool) + (str(i) if rng.random() < 0.5 else "") for i in range(n)]
         out.append((words, [rng.choice(TAGS) for _ in words], heads, [rng.choice(DEPS) for _ in words]))
     return out
