@@ -91,6 +91,7 @@ def _validate_on_two_ranks(rank: int, world: int, port: int, world_dir: str, res
 
     from composer.models.composer.module import ComposerModule
     from composer.training.data import CompositionDataModule, DataConfig
+    from composer.training.fit import close_process_group
 
     L.seed_everything(0)  # the same weights on both ranks
     module = ComposerModule(composer_config("tiny", visual={"region_dim": 256}), OptimConfig(), seed=3)
@@ -102,6 +103,13 @@ def _validate_on_two_ranks(rank: int, world: int, port: int, world_dir: str, res
     dm = CompositionDataModule(data, module.tokenizer)
     trainer = L.Trainer(accelerator="cpu", devices=world, strategy="ddp", logger=False, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=False)
+    try:
+        _validate_and_record(trainer, module, dm, scored, rank, result_dir, fail)
+    finally:  # as the library's train() does: an open gloo group aborts the process at exit (SIGABRT)
+        close_process_group()
+
+
+def _validate_and_record(trainer, module, dm, scored, rank, result_dir, fail) -> None:
     if fail:
         def broken(eval_set):
             raise ValueError("a broken feature store")

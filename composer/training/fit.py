@@ -27,8 +27,8 @@ from crg.outputs import prepare_output_dir, release_output_dir, write_json_atomi
 if TYPE_CHECKING:
     from composer.training.plateau import PlateauConfig
 
-__all__ = ["OWNED", "PreparedRun", "ProgressLog", "TrainerOptions", "fit_and_report", "prepare_run", "train",
-           "training_precision"]
+__all__ = ["OWNED", "PreparedRun", "ProgressLog", "TrainerOptions", "close_process_group", "fit_and_report",
+           "prepare_run", "train", "training_precision"]
 
 # what a training run writes in its folder (``--overwrite`` deletes these and nothing else)
 OWNED = ("checkpoints", "logs", "tb", "model", "results.json", "curve.json", "curve.csv", "config.yaml")
@@ -437,3 +437,14 @@ def train(recipe: TrainingRecipe, options: TrainerOptions, out: str | Path,
         return results
     finally:  # the folder is free for the next writer once this run is done (a study trains many in one process)
         release_output_dir(out)
+        close_process_group()
+
+
+def close_process_group() -> None:
+    """Destroy the process group a DDP trainer opened (Lightning leaves it open for the next trainer).
+    Left open, gloo's worker threads are torn down with the interpreter and abort it (SIGABRT, exit code
+    -6) after the run's results were written; a later trainer opens a new group."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
