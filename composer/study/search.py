@@ -290,7 +290,8 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
                     options: StudyOptions) -> None:
     """Train each model's grid under ASHA into ``out`` (``OUT/search``); writes ``out/asha.json``."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
+
+    from composer.study.asha import ResumableASHA
 
     plateau = profile.plateau
     if plateau is None or plateau.asha_grace_positives is None:
@@ -317,7 +318,8 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
         else:
             # max_t one past the budget: the budget (or the patience) ends a run itself, so that its evaluation
             # follows; ASHA only cuts at its rungs (Tune would stop a trial the moment it reports max_t)
-            scheduler = ASHAScheduler(time_attr=TIME, metric=METRIC, mode="max", max_t=plateau.max_positives + 1,
+            scheduler = ResumableASHA(search_dir=str(out), points=list(pts), time_attr=TIME, metric=METRIC,
+                                      mode="max", max_t=plateau.max_positives + 1,
                                       grace_period=plateau.asha_grace_positives,
                                       reduction_factor=plateau.asha_reduction)
             tuner = tune.Tuner(trainable, param_space={"point": tune.grid_search(list(pts))},
