@@ -197,3 +197,25 @@ def test_a_real_tune_search_killed_and_restored_keeps_its_rungs(tmp_path):
         ray.shutdown()
     reached = {r.config["point"]: r.metrics["positives"] for r in grid}
     assert reached["dip"] == 12   # its value 1.0 right after the restart was judged at no rung it had passed
+
+
+def test_tunes_sigint_handler_is_put_back_after_a_search():
+    """Tune's fit installs a SIGINT handler and restores the previous one only when a signal arrives: after a
+    search, Ctrl-C during the study's runs was swallowed ("ending Ray Tune run") and the study went on."""
+    import signal
+
+    from composer.study.search import tune_signal_handlers_restored
+
+    def tunes_handler(sig, frame):  # what ray.tune.tune._setup_signal_catching leaves behind
+        pass
+
+    before = signal.getsignal(signal.SIGINT)
+    with tune_signal_handlers_restored():
+        signal.signal(signal.SIGINT, tunes_handler)
+        signal.signal(signal.SIGUSR1, tunes_handler)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.getsignal(signal.SIGUSR1) is not tunes_handler
+    with pytest.raises(RuntimeError), tune_signal_handlers_restored():  # a search that fails restores them too
+        signal.signal(signal.SIGINT, tunes_handler)
+        raise RuntimeError("a trial's error")
+    assert signal.getsignal(signal.SIGINT) is before

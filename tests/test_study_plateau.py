@@ -117,12 +117,16 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
 
     profile = plateau_smoke(asha_grace_positives=EVERY, asha_reduction=2)
     out = world_env / "asha"
+    import signal
+
     ray.init(num_cpus=2, include_dashboard=False)  # after world_env: the workers inherit its data directories
+    sigint = signal.getsignal(signal.SIGINT)
     try:
         chosen = run_study(out, profile, seeds=[0], runs=study_runs(profile, ["vse"]), search_only=True,
                            search=True, options=StudyOptions(accelerator="cpu", jobs=2))["search"]
     finally:
         ray.shutdown()
+    assert signal.getsignal(signal.SIGINT) is sigint  # Ctrl-C stops the study's runs after the search (Tune's handler gone)
     status = read_asha_status(out / "search")
     points = search_grid("vse", profile.presets.get("vse"))
     assert set(status) == {p.name for p in points}

@@ -19,9 +19,12 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import signal
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,7 +39,8 @@ from crg.outputs import write_json_atomic, write_text_atomic
 __all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "SearchPoint",
            "check_search_complete", "choose_recipes", "finish_search", "init_is_searched", "named_lr",
            "read_asha_status", "read_chosen", "render_search_table", "run_asha_search", "search_grid", "search_points",
-           "search_tasks", "search_value", "with_chosen_recipe"]
+           "search_tasks", "search_value", "tune_signal_handlers_restored", "undecided_points",
+           "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -274,6 +278,33 @@ def check_search_complete(model: str, grid, finished: set[str], path: Path) -> N
                                 f"command to resume it")
 
 
+def undecided_points(names: list[str], status: Mapping[str, dict]) -> list[str]:
+    """The points a new search of a model trains: those ``asha.json`` has no outcome for, or an error. A
+    finished or cut point keeps its outcome when the search's Tune state is gone (a new Tuner over every point
+    would train the cut ones on from their checkpoints, past the rung that cut them).
+
+    >>> undecided_points(["a", "b", "c", "d"], {"a": {"error": None}, "b": {"error": "OOM"}})
+    ['b', 'c', 'd']
+    """
+    return [name for name in names if name not in status or status[name].get("error")]
+
+
+@contextlib.contextmanager
+def tune_signal_handlers_restored():
+    """Tune's fit installs its own SIGINT (and SIGUSR1) handler and puts the previous one back only when a
+    signal arrives: after a search, Ctrl-C during the study's runs printed Tune's "ending Ray Tune run" and
+    the study went on (one more Ctrl-C per model searched). The handlers are put back after the fit."""
+    names = [n for n in ("SIGINT", "SIGUSR1") if hasattr(signal, n)]
+    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for n, handler in before.items():
+                if handler is not None:  # None: a handler not installed from Python, which cannot be put back
+                    signal.signal(getattr(signal, n), handler)
+
+
 def _trial(config: dict, *, points: dict, profile: StudyProfile, data: dict, out: str, options: StudyOptions,
            threads: int) -> None:
     """One configuration, as a Tune trial: the study run of ``points[config["point"]]`` into ``out``."""
@@ -312,21 +343,25 @@ def run_asha_search(points: list[SearchPoint], profile: StudyProfile, data: dict
             # the first trial to reach a cut through it, so with two at a time the first two would pass
             # every cut; trials that reach a cut together are compared with each other
             {"cpu": min(1.0, total_cpus / len(pts)), "gpu": min(1.0, total_gpus / len(pts))})
+        undecided = undecided_points(list(pts), status)
         if tune.Tuner.can_restore(storage / model):  # a killed search: ASHA's state and the unfinished trials
             tuner = tune.Tuner.restore(str(storage / model), trainable, resume_unfinished=True,
                                        restart_errored=True)
-        else:
+        elif not undecided:
+            continue
+        else:  # a new search (or one whose Tune state is gone: the points asha.json has not decided)
             # max_t one past the budget: the budget (or the patience) ends a run itself, so that its evaluation
             # follows; ASHA only cuts at its rungs (Tune would stop a trial the moment it reports max_t)
             scheduler = ResumableASHA(search_dir=str(out), points=list(pts), time_attr=TIME, metric=METRIC,
                                       mode="max", max_t=plateau.max_positives + 1,
                                       grace_period=plateau.asha_grace_positives,
                                       reduction_factor=plateau.asha_reduction)
-            tuner = tune.Tuner(trainable, param_space={"point": tune.grid_search(list(pts))},
+            tuner = tune.Tuner(trainable, param_space={"point": tune.grid_search(undecided)},
                                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=len(pts)),
                                run_config=tune.RunConfig(name=model, storage_path=str(storage), verbose=0))
         logger.info("recipe search (ASHA) of %s: %d configurations", model, len(pts))
-        grid = tuner.fit()
+        with tune_signal_handlers_restored():
+            grid = tuner.fit()
         finished = {name for name in pts if (run_folder(out, name, SEARCH_SEED) / RESULT).exists()}
         check_search_complete(model, grid, finished, storage / model)
         for result in grid:
