@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("ray.tune")
 
-from ray.tune.schedulers import ASHAScheduler, TrialScheduler  # noqa: E402
-from ray.tune.schedulers.async_hyperband import _Bracket  # noqa: E402
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+from ray.tune.schedulers.async_hyperband import _Bracket
 
-from composer.report.results import run_folder  # noqa: E402
-from composer.study.asha import ResumableASHA, curve_reports, rung_records  # noqa: E402
-from composer.training.curve import CurvePoint, LearningCurve  # noqa: E402
+from composer.report.results import run_folder
+from composer.study.asha import ResumableASHA, curve_reports, rung_records
+from composer.training.curve import CurvePoint, LearningCurve
 
 GRACE, RF, MAX_T = 16, 3, 161   # milestones 16, 48, 144, as the converge profile's (in thousands of positives)
 
@@ -67,10 +67,10 @@ def _write_curve(search_dir, point: str, reports: list[tuple[int, float]]) -> No
 
 
 def _scheduler(cls, search_dir, points):
-    kwargs = dict(time_attr="positives", metric="val_R@1", mode="max", max_t=MAX_T, grace_period=GRACE,
-                  reduction_factor=RF)
+    kwargs = {"time_attr": "positives", "metric": "val_R@1", "mode": "max", "max_t": MAX_T, "grace_period": GRACE,
+              "reduction_factor": RF}
     if cls is ResumableASHA:
-        kwargs |= dict(search_dir=str(search_dir), points=points)
+        kwargs |= {"search_dir": str(search_dir), "points": points}
     return cls(**kwargs)
 
 

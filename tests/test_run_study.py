@@ -324,8 +324,12 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
     assert [line for line in log if ": training" in line] == [next(l for l in log if "vse seed 0: training" in l)]
     assert sum("done before, skipped" in line for line in log) == len(PROFILES["smoke"].runs) - 1
     assert all(p.stat().st_mtime_ns == t for p, t in before.items() if p.parent.parent.name != "vse")
-    assert json.loads((out / "results.json").read_text())["study"]["complete"]
-    assert not (out / "runs" / "vse" / "seed0" / "error.txt").exists()
+    study = json.loads((out / "results.json").read_text())["study"]
+    assert study["complete"] and not (out / "runs" / "vse" / "seed0" / "error.txt").exists()
+    # the wall time of every invocation so far (the failed one too), each written while it ran
+    clock = json.loads((out / "wall_seconds.json").read_text())  # the last invocation's: up to its exit
+    assert len(study["wall_seconds"]) == 3 and set(study["wall_seconds"]) == set(clock)
+    assert all(0 < study["wall_seconds"][k] <= clock[k] for k in clock)
     with pytest.raises(SystemExit, match="other settings"):  # another profile in the same directory is refused
         from composer.study.data import check_study_dir
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import platform
-import time
 from pathlib import Path
 
 from composer.provenance import git_sha, hardware_description
@@ -53,13 +52,14 @@ def run_commits(found: dict) -> list[str]:
 
 
 def write_results(out: Path, *, profile: dict, seeds: list[int], runs: list[str], expected: list[tuple[str, int]],
-                  data: dict, recipes: dict | None, wall_seconds: float) -> dict:
+                  data: dict, recipes: dict | None, wall_seconds: dict[str, float]) -> dict:
     """``OUT/results.json`` from whatever runs have finished, and its content.
 
     ``profile``: the study's profile as plain values; ``runs``: its run names in order; ``expected``: the
     (run, seed) pairs it plans; ``data``: its data's description (``OUT/data/study_data.json``); ``recipes``:
-    the recipe search's choice (None: the named recipes); ``wall_seconds``: this invocation's, added to those
-    of earlier ones.
+    the recipe search's choice (None: the named recipes); ``wall_seconds``: every invocation's wall seconds by
+    its start (killed ones too: :class:`composer.study.runner.InvocationClock`), kept beside those an earlier
+    ``results.json`` holds.
     """
     import torch
 
@@ -80,8 +80,7 @@ def write_results(out: Path, *, profile: dict, seeds: list[int], runs: list[str]
         "git": git_sha(), "run_gits": run_commits(found),
         "hardware": hardware_description(), "torch": torch.__version__, "python": platform.python_version(),
         "data": data, "recipes": recipes,
-        "wall_seconds": {**previous.get("wall_seconds", {}),
-                         time.strftime("%Y-%m-%dT%H:%M:%S"): round(wall_seconds, 1)},
+        "wall_seconds": {**previous.get("wall_seconds", {}), **wall_seconds},
         "train_seconds_total": total("train_seconds"), "eval_seconds_total": total("eval_seconds")},
         "runs": found}
     write_json_atomic(out / "results.json", results)

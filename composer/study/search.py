@@ -33,7 +33,12 @@ from typing import Any
 from composer.models import registry
 from composer.report.results import RESULT, run_folder
 from composer.study.config import StudyProfile, StudyRun
-from composer.study.execute import StudyOptions, execute_on_worker, ray_resources, run_dir
+from composer.study.execute import (
+    StudyOptions,
+    execute_on_worker,
+    ray_resources,
+    run_dir,
+)
 from crg.outputs import write_json_atomic, write_text_atomic
 
 __all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "SearchPoint",
