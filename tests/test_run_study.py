@@ -513,3 +513,39 @@ def test_a_moved_study_folder_still_finds_its_data(world_env, run_study, monkeyp
     assert results["study"]["complete"] and results["study"]["failed"] == {}
     assert results["runs"]["composer"]["seeds"]["0"]["mcd"]["num_images"] >= 1
     assert str(tmp_path / "there") in results["study"]["data"]["hard_negatives"]["path"]
+
+
+def test_a_study_grown_by_a_new_model_searches_it_alone_and_keeps_the_other_choices(tmp_path):
+    """``--runs negclip,...`` in a finished study: the new model's search adds its choice; the choices of the
+    models already trained stay, and only a changed choice of a model with finished runs is refused."""
+    from composer.study.config import get_profile
+    from composer.study.search import SEARCH_DIR, choose_recipes, finish_search, search_grid
+
+    profile = get_profile("smoke")
+    out = tmp_path / "study"
+
+    def searched(model: str, best: int) -> list:
+        points = search_grid(model, profile.presets.get(model))
+        for k, p in enumerate(points):
+            folder = out / SEARCH_DIR / "runs" / p.name / "seed0"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "study_result.json").write_text(json.dumps({"model": model, "val": {
+                "R@1": 50.0 if k == best else float(k), "chance_R@1": 2.0}}))
+        return points
+
+    vse = searched("vse", best=1)
+    first = finish_search(out, vse, [], [0], profile)
+    trained = out / "runs" / "vse" / "seed0"  # a finished study run of VSE, on the first choice
+    trained.mkdir(parents=True)
+    (trained / "study_result.json").write_text(json.dumps({"model": "vse"}))
+    negclip = searched("negclip", best=4)
+    grown = finish_search(out, negclip, [], [0], profile)
+    assert grown == {**first, **choose_recipes({p.name: 50.0 if k == 4 else float(k) for k, p in enumerate(negclip)},
+                                               negclip)}
+    assert set(grown) == {"vse", "negclip"} and grown["vse"] == first["vse"]
+    assert json.loads((out / SEARCH_DIR / "chosen.json").read_text())["chosen"] == grown
+    table = (out / "tables" / "search.md").read_text()
+    assert all(p.setting in table for p in [*vse, *negclip])  # both models' searches in the table
+    finish_search(out, searched("negclip", best=2), [], [0], profile)  # no negclip run trained yet: allowed
+    with pytest.raises(SystemExit, match=r"runs of \['vse'\] trained before this recipe search"):
+        finish_search(out, searched("vse", best=3), [], [0], profile)

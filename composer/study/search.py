@@ -184,26 +184,36 @@ def search_tasks(points: list) -> list[tuple[StudyRun, int]]:
 
 
 def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int], profile: StudyProfile) -> dict:
-    """Read the search's results, choose each model's recipe, write ``search/chosen.json`` and the table.
+    """Read the search's results, choose each searched model's recipe, write ``search/chosen.json`` and the table.
 
-    Refuses when a study run has already finished in ``out`` with the named recipes: a study is trained
-    from one recipe per model, not a mix.
+    A model this search did not cover keeps the choice ``chosen.json`` holds (a study grown by ``--runs`` of a
+    new model searches that model alone). Refuses when a run of a model whose choice changed has already
+    finished in ``out``: a study is trained from one recipe per model, not a mix.
     """
     val_r1, chance, status = {}, None, read_asha_status(out / SEARCH_DIR)
-    stopped = {p.name: status.get(p.name, {}).get("stopped_at_positives") for p in points}
     for p in points:
         val_r1[p.name], point_chance = search_value(out / SEARCH_DIR, p)
         chance = chance or point_chance
-    chosen = choose_recipes(val_r1, points)
+    searched = choose_recipes(val_r1, points)
     path = out / SEARCH_DIR / "chosen.json"
-    if not path.exists() or json.loads(path.read_text())["chosen"] != chosen:
-        finished = [run.name for run in runs for s in seeds if (run_dir(out, run, s) / RESULT).exists()]
+    before = json.loads(path.read_text()) if path.exists() else {"chosen": {}, "val_R@1": {}}
+    changed = {model for model, choice in searched.items() if before["chosen"].get(model) != choice}
+    if changed:
+        finished = sorted(result.parent.parent.name for result in (out / "runs").glob(f"*/seed*/{RESULT}")
+                          if json.loads(result.read_text()).get("model") in changed)
         if finished:
-            raise SystemExit(f"error: {out} holds study runs trained before this recipe search ({finished[:3]} ...); "
-                             f"search in a new --out, or delete {out / 'runs'}")
-    write_json_atomic(path, {"chosen": chosen, "val_R@1": val_r1, "profile": profile.name})
-    write_text_atomic(out / "tables" / "search.md", render_search_table(val_r1, points, chosen, chance, stopped))
-    missing = sorted({p.model for p in points} - set(chosen))
+            raise SystemExit(f"error: {out} holds study runs of {sorted(changed)} trained before this recipe search "
+                             f"({finished[:3]} ...); search in a new --out, or delete {out / 'runs'}")
+    chosen = {**before["chosen"], **searched}
+    write_json_atomic(path, {"chosen": chosen, "val_R@1": {**before.get("val_R@1", {}), **val_r1},
+                             "profile": profile.name})
+    all_points = [*points, *(q for model in dict.fromkeys(before["chosen"]) if model not in searched
+                             for q in search_grid(model, profile.presets.get(model)))]
+    write_text_atomic(out / "tables" / "search.md",
+                      render_search_table({**before.get("val_R@1", {}), **val_r1}, all_points, chosen, chance,
+                                          {q.name: status.get(q.name, {}).get("stopped_at_positives")
+                                           for q in all_points}))
+    missing = sorted({p.model for p in points} - set(searched))
     if missing:
         raise SystemExit(f"error: the recipe search has no finished run for {missing}; rerun to retry")
     logger.info("recipe search: %s", {m: c["run"] for m, c in chosen.items()})
