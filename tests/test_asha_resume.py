@@ -145,6 +145,8 @@ def test_a_real_tune_search_killed_and_restored_keeps_its_rungs(tmp_path):
     import ray
     from ray import tune
 
+    from composer.study.search import tune_signal_handlers_restored
+
     search_dir = tmp_path / "search"
 
     def curve_trial(config):  # defined here so that Ray ships it by value (workers cannot import tests/)
@@ -188,11 +190,13 @@ def test_a_real_tune_search_killed_and_restored_keeps_its_rungs(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
 
         threading.Thread(target=interrupt_after_the_first_rung, daemon=True).start()
-        tuner.fit()
+        with tune_signal_handlers_restored():  # Tune's handler would outlive the test (the library's guard)
+            tuner.fit()
         assert validations("dip") in (3, 4), validations("dip")   # past the rung at 2; the next report is no rung
         restored = tune.Tuner.restore(str(tmp_path / "tune" / "s"), curve_trial, resume_unfinished=True)
         assert isinstance(restored._local_tuner._tune_config.scheduler, ResumableASHA)   # unpickled with the search
-        grid = restored.fit()
+        with tune_signal_handlers_restored():
+            grid = restored.fit()
     finally:
         ray.shutdown()
     reached = {r.config["point"]: r.metrics["positives"] for r in grid}
