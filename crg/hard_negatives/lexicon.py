@@ -15,7 +15,7 @@ from crg.extract import PRIMITIVE_TAGS
 __all__ = [
     "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free",
     "PLACE_PREPOSITIONS", "is_place_chain", "is_list_between", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
-    "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
+    "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "PLURALIA_TANTUM", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
     "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS",
     "LIST_JOINERS", "adjective_kind",
 ]
@@ -130,6 +130,12 @@ RELATIONAL_NOUNS = frozenset({"front", "top", "side", "middle", "bottom", "edge"
                               "inside", "outside", "left", "right", "base", "corner"})
 #: Indefinite articles: they must agree again with a word that is new after them.
 ARTICLES = ("a", "an")
+
+#: Plural nouns with no singular in captions' use: a swap never makes "a pant" or "a jean" of them.
+PLURALIA_TANTUM = frozenset({"pants", "jeans", "shorts", "trousers", "glasses", "sunglasses", "goggles", "scissors",
+                             "clothes", "tongs", "pajamas", "overalls", "binoculars", "headphones", "earphones",
+                             "leggings", "tights", "stairs", "remains", "surroundings", "belongings", "outskirts",
+                             "groceries", "greens", "suds", "contents", "goods"})
 #: Tags of words before a noun phrase's adjectives ("the", "two", "his", "all").
 LEADING_DETERMINER_TAGS = frozenset({"DT", "CD", "PRP$", "PDT"})
 #: Quantifying words dropped when a noun-phrase caption becomes "there is no ...".
