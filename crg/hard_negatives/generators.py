@@ -20,7 +20,7 @@ from crg.dep_to_constituency import PUNCT_TAGS
 from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
-    NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
+    MASS_NOUNS, NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
     SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
     is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
 from crg.hard_negatives.morphology import (has_verb_reading, is_mistagged_noun, match_case, noun_in_number, related_words, vbz_base,
@@ -109,6 +109,7 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False,
                                                          node.predicate.template)))
     if extended:
         more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed) + _phrase_swap_candidates(parsed) \
+            + _count_swap_candidates(parsed) \
             + (_attribute_swap_candidates(parsed) if attributes else [])
         if not out and not more:
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
@@ -281,6 +282,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
 #: Determiners that make a singular noun a count use ("a ball", "each plate"; not "the grass", "some
 #: water"): only such a noun is put in the plural by a number-keeping swap.
 _COUNT_DETERMINERS = frozenset({"a", "an", "one", "each", "every", "another", "this", "that"})
+#: Determiners of count and mass nouns alike: a noun after them goes plural unless it is in ``MASS_NOUNS``.
+_DEFINITE_DETERMINERS = frozenset({"the", "his", "her", "its", "their", "my", "your", "our"})
 
 
 def _number_swap(toks: list[EditToken], x, y) -> tuple[str, str] | None:
@@ -292,7 +295,9 @@ def _number_swap(toks: list[EditToken], x, y) -> tuple[str, str] | None:
     if {tx.tag, ty.tag} != {"NN", "NNS"}:
         return None
     singular = x if tx.tag == "NN" else y
-    if singular.determiner is None or toks[singular.determiner].word.lower() not in _COUNT_DETERMINERS:
+    det = toks[singular.determiner].word.lower() if singular.determiner is not None else None
+    if det not in _COUNT_DETERMINERS and not (det in _DEFINITE_DETERMINERS and
+                                              toks[singular.head].word.lower() not in MASS_NOUNS):
         return None
     into_x, into_y = noun_in_number(ty.word, ty.tag, tx.tag), noun_in_number(tx.word, tx.tag, ty.tag)
     return None if into_x is None or into_y is None else (into_x, into_y)
@@ -380,6 +385,63 @@ def _attribute_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                         new = _replace(_replace(toks, i, wj), j, wi)
                         out.append(_Candidate(tuple(new), Change("swap_attributes", (f"{wi} {hx}", f"{wj} {hy}"),
                                                                  (f"{wj} {hx}", f"{wi} {hy}"), kind)))
+    return out
+
+
+#: Numerals a count swap exchanges ("a"/"an"/"one" count 1); "some", "many" say no number.
+_NUMERALS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+             "ten": 10, "a": 1, "an": 1}
+
+
+def _count_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two objects' counts change places, each noun taking the other's number ("two dogs chasing a
+    ball" -> "a dog chasing two balls"): the numbers bind to other objects, the objects and relations
+    stay. Only numerals (digits, "two" ... "ten") against another numeral or "a"/"an"/"one"; never
+    between two mentions of one noun, and only nouns whose other number lemminflect gives for sure."""
+    toks, out = parsed.edit_tokens(), []
+
+    def count(m) -> int | None:
+        if m.determiner is None or toks[m.head].tag not in ("NN", "NNS") or _verb_like_noun(toks, m.head) or \
+                any(t.word.lower() in QUANTIFIERS | {"couple", "pair", "lot", "bunch"}
+                    for t in toks[m.determiner + 1:m.head + 1]):
+            return None  # "a few office desks", "a couple of": no count of the head to swap
+        w = toks[m.determiner].word.lower()
+        n = int(w) if w.isdigit() else _NUMERALS.get(w)
+        if n is None or (n == 1) != (toks[m.head].tag == "NN"):
+            return None  # "two dog", "a people": the parse is not what it seems
+        return n
+
+    counted = [(m, count(m)) for m in object_mentions(parsed)]
+    counted = [(m, n) for m, n in counted if n is not None]
+    for a in range(len(counted)):
+        for b in range(a + 1, len(counted)):
+            (x, nx), (y, ny) = counted[a], counted[b]
+            if nx == ny or (nx == 1 and ny == 1) or word_forms(toks[x.head].word) & word_forms(toks[y.head].word):
+                continue
+            new, ok = list(toks), True
+            for m, n_old, n_new, m_other in ((x, nx, ny, y), (y, ny, nx, x)):
+                head = toks[m.head]
+                noun = noun_in_number(head.word, head.tag, "NN" if n_new == 1 else "NNS")
+                if noun is None:
+                    ok = False
+                    break
+                numeral = toks[m_other.determiner].word.lower()
+                if n_new == 1:
+                    numeral = "one" if numeral == "one" else "a"
+                new[m.determiner] = EditToken(match_case(numeral, toks[m.determiner].word), "CD" if n_new > 1 else "DT",
+                                              True, toks[m.determiner].initial)
+                if m.determiner + 1 < m.head:  # an article agrees with the next word again
+                    new[m.determiner + 1] = replace(new[m.determiner + 1], fresh=True)
+                if noun != head.word.lower():
+                    new[m.head] = EditToken(match_case(noun, head.word), "NN" if n_new == 1 else "NNS", True,
+                                            head.initial)
+                else:
+                    new[m.head] = replace(new[m.head], fresh=True)
+            if not ok:
+                continue
+            before = tuple(realize_words([t.word.lower() for t in toks[m.determiner:m.head + 1]]) for m in (x, y))
+            after = tuple(realize_words([t.word.lower() for t in new[m.determiner:m.head + 1]]) for m in (x, y))
+            out.append(_Candidate(tuple(new), Change("swap_counts", before, after, "counts")))
     return out
 
 
