@@ -23,8 +23,8 @@ from crg.hard_negatives.lexicon import (
     MASS_NOUNS, NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
     SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
     is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
-from crg.hard_negatives.morphology import (has_verb_reading, is_mistagged_noun, match_case, noun_in_number, related_words, vbz_base,
-                                          verb_in_form, word_forms)
+from crg.hard_negatives.morphology import (has_verb_reading, is_mistagged_noun, match_case, noun_in_number,
+                                          related_words, vbz_base, verb_in_form, word_forms)
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
 from crg.hard_negatives.records import (
@@ -242,7 +242,7 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
         for b in range(a + 1, len(mentions)):
             x, y = mentions[a], mentions[b]
             tx, ty = toks[x.head], toks[y.head]
-            if tx.tag != ty.tag and _number_swap(toks, x, y) is None or word_forms(tx.word) & word_forms(ty.word) or \
+            if (tx.tag != ty.tag and _number_swap(toks, x, y) is None) or word_forms(tx.word) & word_forms(ty.word) or \
                     {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS or \
                     is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word) or \
                     _verb_like_noun(toks, x.head) or _verb_like_noun(toks, y.head):
@@ -419,7 +419,7 @@ def _count_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             if nx == ny or (nx == 1 and ny == 1) or word_forms(toks[x.head].word) & word_forms(toks[y.head].word):
                 continue
             new, ok = list(toks), True
-            for m, n_old, n_new, m_other in ((x, nx, ny, y), (y, ny, nx, x)):
+            for m, n_new, m_other in ((x, ny, y), (y, nx, x)):
                 head = toks[m.head]
                 noun = noun_in_number(head.word, head.tag, "NN" if n_new == 1 else "NNS")
                 if noun is None:
@@ -428,8 +428,9 @@ def _count_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 numeral = toks[m_other.determiner].word.lower()
                 if n_new == 1:
                     numeral = "one" if numeral == "one" else "a"
-                new[m.determiner] = EditToken(match_case(numeral, toks[m.determiner].word), "CD" if n_new > 1 else "DT",
-                                              True, toks[m.determiner].initial)
+                det = toks[m.determiner]
+                new[m.determiner] = EditToken(match_case(numeral, det.word), "CD" if n_new > 1 else "DT", True,
+                                              det.initial)
                 if m.determiner + 1 < m.head:  # an article agrees with the next word again
                     new[m.determiner + 1] = replace(new[m.determiner + 1], fresh=True)
                 if noun != head.word.lower():

@@ -15,7 +15,8 @@ from crg.extract import PRIMITIVE_TAGS
 __all__ = [
     "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free",
     "PLACE_PREPOSITIONS", "is_place_chain", "is_list_between", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
-    "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "MASS_NOUNS", "PLURALIA_TANTUM", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
+    "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "MASS_NOUNS", "PLURALIA_TANTUM",
+    "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
     "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS",
     "LIST_JOINERS", "adjective_kind",
 ]
@@ -140,7 +141,7 @@ MASS_NOUNS = frozenset({
     "soup", "pasta", "sauce", "lettuce", "chicken", "beef", "pork", "fish", "salad", "cream", "chocolate", "sugar",
     "background", "foreground", "distance", "dark", "darkness", "outside", "inside", "daytime", "night", "time", "way",
     "view", "left", "right", "day", "street", "road", "beach", "sidewalk", "floor", "field", "city", "tarmac", "zoo",
-    "shore", "pavement", "infield", "outfield", "lawn", "forest", "jungle", "countryside", "wilderness", "snow",
+    "shore", "pavement", "infield", "outfield", "lawn", "forest", "jungle", "countryside", "wilderness",
     "surf", "shade", "sunshine", "light", "wind", "clothing", "paper", "wood", "metal", "glass", "plastic", "stone",
     "concrete", "brick", "tile", "foliage", "greenery", "vegetation", "scenery", "kitchen", "bathroom", "airport",
     "park", "yard", "runway", "court", "pitch", "dusk", "sunset", "sunrise", "evening", "morning",

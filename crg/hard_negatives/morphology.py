@@ -15,7 +15,8 @@ import lemminflect
 
 from crg.hard_negatives.lexicon import PLURALIA_TANTUM, SYNONYM_GROUPS
 
-__all__ = ["VBZ_BASE", "has_verb_reading", "is_mistagged_noun", "noun_in_number", "verb_in_form", "word_forms", "related_words", "article_for", "vbz_base", "match_case"]
+__all__ = ["VBZ_BASE", "has_verb_reading", "is_mistagged_noun", "noun_in_number", "verb_in_form", "word_forms",
+           "related_words", "article_for", "vbz_base", "match_case"]
 
 #: Base forms of the auxiliaries, which lemminflect reads as forms of "be"/"have"/"do" too; kept so the
 #: negation's do-support never depends on a lexicon lookup for them.
@@ -61,13 +62,14 @@ def noun_in_number(word: str, tag: str, like: str) -> str | None:
     lemminflect; ``None`` where the number cannot be changed safely: a word whose lemma does not give it
     back, one with a single form for both numbers ("sheep", "people"), or a plural with no singular in
     use (``PLURALIA_TANTUM``: "jeans", "scissors"). Whether a singular is a count use ("a ball") or a
-    mass use ("in grass": "two grasses" reads as an error) the caller tells from its determiner. A swap of two nouns of different numbers keeps each slot's number: "two dogs chasing a ball" ->
-    "two balls chasing a dog".
+    mass use ("in grass": "two grasses" reads as an error) the caller tells from its determiner. A swap
+    of two nouns of different numbers keeps each slot's number: "two dogs chasing a ball" -> "two balls
+    chasing a dog".
 
     >>> noun_in_number("dog", "NN", "NNS"), noun_in_number("men", "NNS", "NN"), noun_in_number("cats", "NNS", "NNS")
     ('dogs', 'man', 'cats')
-    >>> noun_in_number("sheep", "NNS", "NN"), noun_in_number("jeans", "NNS", "NN"), noun_in_number("people", "NNS", "NN")
-    (None, None, None)
+    >>> [noun_in_number(w, "NNS", "NN") for w in ("sheep", "jeans", "people")]
+    [None, None, None]
     >>> noun_in_number("leaves", "NNS", "NN"), noun_in_number("knife", "NN", "NNS")  # leaf or leave: unsure
     (None, 'knives')
     """
