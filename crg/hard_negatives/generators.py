@@ -22,7 +22,7 @@ from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
     MASS_NOUNS, NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
     SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
-    is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
+    is_place_chain, LIST_JOINERS, PLACE_PREPOSITIONS, PREPOSITION_SYNONYMS)
 from crg.hard_negatives.morphology import (has_verb_reading, is_mistagged_noun, match_case, noun_in_number,
                                           related_words, vbz_base, verb_in_form, word_forms)
 from crg.hard_negatives.parsed_caption import (
@@ -99,6 +99,12 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False,
                 if is_place_chain(parsed.tokens[x.start - 1][0] if x.start else None, between):
                     reason = "two places in a row (both hold: 'on a plate on a table')" if not out else reason
                     continue
+                if _keeps_meaning(parsed.tokens[x.start - 1][0] if x.start else None,
+                                  parsed.tokens[y.start - 1][0] if y.start else None, between,
+                                  _head_word(parsed, x), _head_word(parsed, y), whole=True):
+                    reason = "two places of one thing, synonyms or an 'of' inversion (same meaning)" \
+                        if not out else reason
+                    continue
                 # an argument's trailing punctuation (a parse that puts the final period inside the last
                 # argument) stays where it is: the swap never moves "wall." into the middle of the caption
                 x_end, y_end = _without_trailing_punct(parsed, x), _without_trailing_punct(parsed, y)
@@ -115,6 +121,21 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False,
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
         out += more
     return out, reason
+
+
+def _keeps_meaning(before_x: str | None, before_y: str | None, between, head_x: str, head_y: str,
+                   whole: bool) -> bool:
+    """Whether exchanging two objects (their nouns, or ``whole`` phrases) likely says what the caption
+    said (issue 33's hand-read samples): two nouns of one synonym group ("on the beach lying on the wet
+    sand"), two places of one thing, each after a preposition of place ("a motorcycle in the foreground
+    parked in a dirt lot": both hold in either order), or whole phrases around a bare "of" ("a dish of
+    yogurt" -> "yogurt of a dish"). ``before_*``: the word before each phrase; ``between``: the
+    ``(word, tag)`` tokens between them, punctuation left out."""
+    if related_words(head_x) & word_forms(head_y):
+        return True
+    if (before_x or "").lower() in PLACE_PREPOSITIONS and (before_y or "").lower() in PLACE_PREPOSITIONS:
+        return True
+    return whole and [w.lower() for w, _ in between] == ["of"]
 
 
 def _in_compound(parsed: ParsedCaption, node: ConceptNode) -> bool:
@@ -254,6 +275,9 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             x_start = x.determiner if x.determiner is not None else x.run_start
             if is_place_chain(toks[x_start - 1].word if x_start else None, between):
                 continue  # "on a bicycle on a sidewalk": both places hold, swapped too
+            if _keeps_meaning(toks[x_start - 1].word if x_start else None, toks[y_start - 1].word, between,
+                              tx.word, ty.word, whole=False):
+                continue
             if is_list_between(between):
                 continue  # "a sink , toilet , and vanity": items of one list, order-free
             if between and between[0][0].lower() in LIST_JOINERS and \
@@ -324,6 +348,9 @@ def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> b
         return False  # across a comma: an apposition or another clause ("one pink , the other yellow")
     if is_place_chain(toks[x_start - 1].word if x_start else None, between):
         return False
+    if _keeps_meaning(toks[x_start - 1].word if x_start else None, toks[y_start - 1].word, between, tx.word, ty.word,
+                      whole=True):
+        return False
     return not all(w.lower() in LIST_JOINERS for w, _ in between)
 
 
@@ -380,8 +407,9 @@ def _attribute_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 for i in xs:
                     for j in ys:
                         wi, wj = toks[i].word.lower(), toks[j].word.lower()
-                        if wi in yw or wj in xw or word_forms(wi) & word_forms(wj):
-                            continue
+                        if wi in yw or wj in xw or word_forms(wi) & word_forms(wj) or \
+                                any({wi, wj} <= pole for pole in SIZE_POLES) or related_words(wi) & {wj}:
+                            continue  # (one size pole: "a little girl ... a small dessert" says the same swapped)
                         new = _replace(_replace(toks, i, wj), j, wi)
                         out.append(_Candidate(tuple(new), Change("swap_attributes", (f"{wi} {hx}", f"{wj} {hy}"),
                                                                  (f"{wj} {hx}", f"{wi} {hy}"), kind)))
