@@ -127,3 +127,27 @@ def test_verbs_of_different_forms_swap_keeping_each_slot_form():
     tree = ("(TOP (S (NP (NP (DT A) (NN man)) (VP (VBG sitting) (PP (IN on) (NP (DT a) (NN bench))))) "
             "(VP (VBZ holds) (NP (DT a) (NN flag))) (. .)))")
     assert _texts(tree, "swap_relations") == []
+
+
+# ------------------------------------------------------------------ swaps that keep the meaning
+def test_no_swap_between_synonyms_two_places_of_one_thing_or_around_a_bare_of():
+    # two nouns of one synonym group: "a man chasing a guy" says the same swapped
+    synonyms = "(TOP (NP (NP (DT A) (NN man)) (VP (VBG chasing) (NP (DT a) (NN guy))) (. .)))"
+    assert _texts(synonyms) == []
+    assert _texts(synonyms.replace("guy", "dog")) != []  # the same caption with a dog swaps
+    # two places of the motorcycle: both hold in either order; the motorcycle itself still swaps
+    places = ("(TOP (NP (NP (DT A) (NN motorcycle)) (PP (IN in) (NP (DT the) (NN foreground))) "
+              "(VP (VBN parked) (PP (IN in) (NP (DT a) (NN lot)))) (. .)))")
+    texts = _texts(places)
+    assert not any(t.startswith("A motorcycle in") and "parked in the foreground" in t for t in texts), texts
+    assert not any("in the lot" in t or "in a foreground" in t for t in texts), texts
+    assert "A lot in the foreground parked in a motorcycle." in texts
+    # whole phrases around a bare "of": "a dish of yogurt" is "yogurt of a dish"
+    of = "(TOP (NP (NP (DT A) (NN dish)) (PP (IN of) (NP (JJ fresh) (NN yogurt))) (. .)))"
+    assert "Fresh yogurt of a dish." not in _texts(of)
+
+
+def test_attributes_of_one_size_pole_or_synonyms_never_swap():
+    tree = "(TOP (NP (NP (DT A) (JJ little) (NN girl)) (PP (IN with) (NP (DT a) (JJ {adj}) (NN cake))) (. .)))"
+    assert _texts(tree.format(adj="small"), "swap_attributes") == []
+    assert _texts(tree.format(adj="red"), "swap_attributes") == ["A red girl with a little cake."]
