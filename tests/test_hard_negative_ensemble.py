@@ -231,11 +231,20 @@ def test_symmetric_relations_are_order_free_and_never_swapped():
 
 
 def test_ungrammatical_candidates_are_dropped_and_counted():
-    tree = "(TOP (S (NP (CD Two) (NNS dogs)) (VP (VBP are) (VP (VBG chasing) (NP (DT a) (NN cat)))) (. .)))"
+    # "the water" is a mass noun (lexicon.MASS_NOUNS): no number-keeping swap ("two waters"), only the phrase swap
+    tree = "(TOP (S (NP (CD Two) (NNS dogs)) (VP (VBP are) (VP (VBG chasing) (NP (DT the) (NN water)))) (. .)))"
     texts, skipped, dropped = _swaps(tree, drop_ungrammatical=False)
-    assert texts == ["A cat are chasing two dogs."]  # "cat are": agreement broken
+    assert texts == ["The water are chasing two dogs."]  # "water are": agreement broken
     texts, skipped, dropped = _swaps(tree)
     assert texts == [] and dropped == {HN_SWAP: 1} and "ungrammatical" in skipped[HN_SWAP]
+    # with "a cat" the nouns also swap keeping each slot's number, which keeps the agreement
+    tree = tree.replace("(DT the) (NN water)", "(DT a) (NN cat)")
+    # (and their counts swap: "a dog are" breaks it again)
+    assert sorted(_swaps(tree, drop_ungrammatical=False)[0]) == ["A cat are chasing two dogs.",
+                                                                 "A dog are chasing two cats.",
+                                                                 "Two cats are chasing a dog."]
+    texts, skipped, dropped = _swaps(tree)
+    assert texts == ["Two cats are chasing a dog."] and dropped == {HN_SWAP: 2} and HN_SWAP not in skipped
 
 
 # ------------------------------------------------------------------ word forms

@@ -20,10 +20,11 @@ from crg.dep_to_constituency import PUNCT_TAGS
 from crg.extract import PRIMITIVE_TAGS, ConceptNode
 from crg.hard_negatives.lexicon import (
     ARTICLES, AUXILIARIES, CLAUSE_LABELS, COLOR_WORDS, GENERIC_NOUNS, LEADING_DETERMINER_TAGS, NEGATORS,
-    NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
+    MASS_NOUNS, NO_DETERMINERS, NOMINAL_LABELS, QUANTIFIERS, RELATION_OPPOSITES, RELATIONAL_NOUNS, SIZE_POLES,
     SWAPPABLE_PREPOSITIONS, SYMMETRIC_CONNECTIVES, WITH_NEGATIONS, adjective_kind, is_list_between, is_order_free,
-    is_place_chain, LIST_JOINERS, PREPOSITION_SYNONYMS)
-from crg.hard_negatives.morphology import is_mistagged_noun, match_case, related_words, vbz_base, word_forms
+    is_place_chain, LIST_JOINERS, PLACE_PREPOSITIONS, PREPOSITION_SYNONYMS)
+from crg.hard_negatives.morphology import (has_verb_reading, is_mistagged_noun, match_case, noun_in_number,
+                                          related_words, vbz_base, verb_in_form, word_forms)
 from crg.hard_negatives.parsed_caption import (
     EditToken, ParsedCaption, object_mentions, own_tokens, primitive_tokens, realize_source_form, realize_words)
 from crg.hard_negatives.records import (
@@ -98,6 +99,12 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False,
                 if is_place_chain(parsed.tokens[x.start - 1][0] if x.start else None, between):
                     reason = "two places in a row (both hold: 'on a plate on a table')" if not out else reason
                     continue
+                if _keeps_meaning(parsed.tokens[x.start - 1][0] if x.start else None,
+                                  parsed.tokens[y.start - 1][0] if y.start else None, between,
+                                  _head_word(parsed, x), _head_word(parsed, y), whole=True):
+                    reason = "two places of one thing, synonyms or an 'of' inversion (same meaning)" \
+                        if not out else reason
+                    continue
                 # an argument's trailing punctuation (a parse that puts the final period inside the last
                 # argument) stays where it is: the swap never moves "wall." into the middle of the caption
                 x_end, y_end = _without_trailing_punct(parsed, x), _without_trailing_punct(parsed, y)
@@ -108,11 +115,27 @@ def _swap_candidates(parsed: ParsedCaption, extended: bool = False,
                                                          node.predicate.template)))
     if extended:
         more = _noun_swap_candidates(parsed) + _relation_swap_candidates(parsed) + _phrase_swap_candidates(parsed) \
+            + _count_swap_candidates(parsed) \
             + (_attribute_swap_candidates(parsed) if attributes else [])
         if not out and not more:
             reason += "; no two object nouns, prepositions or verbs of one tag to swap"
         out += more
     return out, reason
+
+
+def _keeps_meaning(before_x: str | None, before_y: str | None, between, head_x: str, head_y: str,
+                   whole: bool) -> bool:
+    """Whether exchanging two objects (their nouns, or ``whole`` phrases) likely says what the caption
+    said (issue 33's hand-read samples): two nouns of one synonym group ("on the beach lying on the wet
+    sand"), two places of one thing, each after a preposition of place ("a motorcycle in the foreground
+    parked in a dirt lot": both hold in either order), or whole phrases around a bare "of" ("a dish of
+    yogurt" -> "yogurt of a dish"). ``before_*``: the word before each phrase; ``between``: the
+    ``(word, tag)`` tokens between them, punctuation left out."""
+    if related_words(head_x) & word_forms(head_y):
+        return True
+    if (before_x or "").lower() in PLACE_PREPOSITIONS and (before_y or "").lower() in PLACE_PREPOSITIONS:
+        return True
+    return whole and [w.lower() for w, _ in between] == ["of"]
 
 
 def _in_compound(parsed: ParsedCaption, node: ConceptNode) -> bool:
@@ -128,8 +151,24 @@ def _in_compound(parsed: ParsedCaption, node: ConceptNode) -> bool:
 
 def _verb_like_noun(toks: list[EditToken], i: int) -> bool:
     """A noun followed at once by a determiner is most often a verb the tagger missed ("a cat surf the
-    web"); swapped as a noun, it leaves no sentence."""
-    return i + 1 < len(toks) and toks[i + 1].tag in ("DT", "PRP$") and toks[i + 1].word.lower() != "that"
+    web"); so is a plural noun with a verb reading after a singular noun phrase's noun ("a skateboarder
+    balances on", "a woman stares as": "a skateboarder balances" cannot be a compound, "a" wants a
+    singular). Swapped as a noun, it leaves no sentence."""
+    if i + 1 < len(toks) and toks[i + 1].tag in ("DT", "PRP$") and toks[i + 1].word.lower() != "that":
+        return True
+    if toks[i].tag != "NNS" or i == 0 or toks[i - 1].tag != "NN" or not has_verb_reading(toks[i].word):
+        return False
+    j = i - 1
+    while j >= 0 and toks[j].tag in ("NN", "JJ", "HYPH"):
+        j -= 1
+    return j >= 0 and toks[j].word.lower() in _SINGULAR_DETERMINERS
+
+
+#: Determiners of a singular noun only: after "a skateboarder", a plural noun is a verb.
+_SINGULAR_DETERMINERS = frozenset({"a", "an", "one", "each", "every", "another"})
+
+
+_NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
 
 
 def _without_trailing_punct(parsed: ParsedCaption, node: ConceptNode) -> int:
@@ -160,8 +199,16 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
         for a in range(len(slots)):
             for b in range(a + 1, len(slots)):
                 i, j = slots[a], slots[b]
-                if words[i] == words[j] or toks[i].tag != toks[j].tag:
+                if words[i] == words[j]:
                     continue
+                into_i, into_j = words[j], words[i]
+                if toks[i].tag != toks[j].tag:  # two verbs of other forms: each slot keeps its form
+                    if kind != "verb":
+                        continue
+                    into_i, into_j = verb_in_form(words[j], toks[j].tag, toks[i].tag), \
+                        verb_in_form(words[i], toks[i].tag, toks[j].tag)
+                    if into_i is None or into_j is None or into_i == words[i]:
+                        continue
                 if kind == "verb" and all(w in LIST_JOINERS for w in words[i + 1:j]):
                     continue  # "driving and observing": coordinated verbs keep the meaning swapped
                 if kind == "verb" and (_complement_kind(toks, i) != _complement_kind(toks, j)
@@ -169,8 +216,8 @@ def _relation_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                     continue  # "getting messy ... eating his cake": one verb's complement does not fit the other
                 if kind == "preposition" and any({words[i], words[j]} <= g for g in PREPOSITION_SYNONYMS):
                     continue  # "in ... into": as good as the same preposition
-                new = _replace(_replace(toks, i, words[j]), j, words[i])
-                out.append(_Candidate(tuple(new), Change("swap_relations", (words[i], words[j]), (words[j], words[i]),
+                new = _replace(_replace(toks, i, into_i), j, into_j)
+                out.append(_Candidate(tuple(new), Change("swap_relations", (words[i], words[j]), (into_i, into_j),
                                                          kind)))
     return out
 
@@ -216,7 +263,7 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
         for b in range(a + 1, len(mentions)):
             x, y = mentions[a], mentions[b]
             tx, ty = toks[x.head], toks[y.head]
-            if tx.tag != ty.tag or word_forms(tx.word) & word_forms(ty.word) or \
+            if (tx.tag != ty.tag and _number_swap(toks, x, y) is None) or word_forms(tx.word) & word_forms(ty.word) or \
                     {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS or \
                     is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word) or \
                     _verb_like_noun(toks, x.head) or _verb_like_noun(toks, y.head):
@@ -228,6 +275,9 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             x_start = x.determiner if x.determiner is not None else x.run_start
             if is_place_chain(toks[x_start - 1].word if x_start else None, between):
                 continue  # "on a bicycle on a sidewalk": both places hold, swapped too
+            if _keeps_meaning(toks[x_start - 1].word if x_start else None, toks[y_start - 1].word, between,
+                              tx.word, ty.word, whole=False):
+                continue
             if is_list_between(between):
                 continue  # "a sink , toilet , and vanity": items of one list, order-free
             if between and between[0][0].lower() in LIST_JOINERS and \
@@ -242,9 +292,39 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 continue  # "a toilet and sink", "plates, bowls": items of one list, order-free
             proper = tx.tag in ("NNP", "NNPS")
             wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
+            if tx.tag != ty.tag:  # each slot keeps its number: "two dogs chasing a ball" -> "two balls chasing a dog"
+                into_x, into_y = _number_swap(toks, x, y)
+                new = _replace(_replace(toks, x.head, into_x), y.head, into_y)
+                out.append(_Candidate(tuple(new), Change("swap_nouns", (wx, wy), (into_x, into_y),
+                                                         "nouns, each slot keeping its number")))
+                continue
             new = _replace(_replace(toks, x.head, wy), y.head, wx)
             out.append(_Candidate(tuple(new), Change("swap_nouns", (wx, wy), (wy, wx), "nouns")))
     return out
+
+
+#: Determiners that make a singular noun a count use ("a ball", "each plate"; not "the grass", "some
+#: water"): only such a noun is put in the plural by a number-keeping swap.
+_COUNT_DETERMINERS = frozenset({"a", "an", "one", "each", "every", "another", "this", "that"})
+#: Determiners of count and mass nouns alike: a noun after them goes plural unless it is in ``MASS_NOUNS``.
+_DEFINITE_DETERMINERS = frozenset({"the", "his", "her", "its", "their", "my", "your", "our"})
+
+
+def _number_swap(toks: list[EditToken], x, y) -> tuple[str, str] | None:
+    """The two nouns of mentions ``x`` and ``y`` (one singular NN, one plural NNS) each in the other's
+    number: ``(y's noun for x's slot, x's noun for y's slot)``; ``None`` unless both forms are sure
+    (:func:`crg.hard_negatives.morphology.noun_in_number`) and the singular is a count use (its
+    determiner is "a", "one", "each", ...: "two grasses" is never made of "in the grass")."""
+    tx, ty = toks[x.head], toks[y.head]
+    if {tx.tag, ty.tag} != {"NN", "NNS"}:
+        return None
+    singular = x if tx.tag == "NN" else y
+    det = toks[singular.determiner].word.lower() if singular.determiner is not None else None
+    if det not in _COUNT_DETERMINERS and not (det in _DEFINITE_DETERMINERS and
+                                              toks[singular.head].word.lower() not in MASS_NOUNS):
+        return None
+    into_x, into_y = noun_in_number(ty.word, ty.tag, tx.tag), noun_in_number(tx.word, tx.tag, ty.tag)
+    return None if into_x is None or into_y is None else (into_x, into_y)
 
 
 def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> bool:
@@ -267,6 +347,9 @@ def _swappable_mentions(parsed: ParsedCaption, toks: list[EditToken], x, y) -> b
     if any(toks[i].word in (",", ";", ":") for i in range(x.head + 1, y_start)):
         return False  # across a comma: an apposition or another clause ("one pink , the other yellow")
     if is_place_chain(toks[x_start - 1].word if x_start else None, between):
+        return False
+    if _keeps_meaning(toks[x_start - 1].word if x_start else None, toks[y_start - 1].word, between, tx.word, ty.word,
+                      whole=True):
         return False
     return not all(w.lower() in LIST_JOINERS for w, _ in between)
 
@@ -302,27 +385,106 @@ def _phrase_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
 
 def _attribute_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
     """Two objects' adjectives change places (SugarCrepe's swap-att: "a white dog on a black couch"
-    -> "a black dog on a white couch"): never between two mentions of one noun, nor an adjective the
+    -> "a black dog on a white couch"), and so do two objects' noun modifiers, a compound's first noun
+    (materials and kinds: "a stone bench by a brick wall" -> "a brick bench by a stone wall"): like
+    with like, so each slot stays plausible; never between two mentions of one noun, nor a word the
     other object already has."""
     toks, out = parsed.edit_tokens(), []
-    attributed = [m for m in object_mentions(parsed) if m.adjectives]
+    mentions = object_mentions(parsed)
+    slots = {m.head: (list(m.adjectives), [] if _verb_like_noun(toks, m.head) else _noun_modifiers(toks, m))
+             for m in mentions}
+    attributed = [m for m in mentions if any(slots[m.head])]
     for a in range(len(attributed)):
         for b in range(a + 1, len(attributed)):
             x, y = attributed[a], attributed[b]
             if word_forms(toks[x.head].word) & word_forms(toks[y.head].word):
                 continue
-            xw = {toks[k].word.lower() for k in x.adjectives}
-            yw = {toks[k].word.lower() for k in y.adjectives}
-            for i in x.adjectives:
-                for j in y.adjectives:
-                    wi, wj = toks[i].word.lower(), toks[j].word.lower()
-                    if wi in yw or wj in xw:
-                        continue
-                    new = _replace(_replace(toks, i, wj), j, wi)
-                    hx, hy = toks[x.head].word.lower(), toks[y.head].word.lower()
-                    out.append(_Candidate(tuple(new), Change("swap_attributes", (f"{wi} {hx}", f"{wj} {hy}"),
-                                                             (f"{wj} {hx}", f"{wi} {hy}"), "attribute binding")))
+            hx, hy = toks[x.head].word.lower(), toks[y.head].word.lower()
+            for kind, xs, ys in (("attribute binding", slots[x.head][0], slots[y.head][0]),
+                                 ("noun modifier binding", slots[x.head][1], slots[y.head][1])):
+                xw = {toks[k].word.lower() for k in range(x.run_start, x.head)}
+                yw = {toks[k].word.lower() for k in range(y.run_start, y.head)}
+                for i in xs:
+                    for j in ys:
+                        wi, wj = toks[i].word.lower(), toks[j].word.lower()
+                        if wi in yw or wj in xw or word_forms(wi) & word_forms(wj) or \
+                                any({wi, wj} <= pole for pole in SIZE_POLES) or related_words(wi) & {wj}:
+                            continue  # (one size pole: "a little girl ... a small dessert" says the same swapped)
+                        new = _replace(_replace(toks, i, wj), j, wi)
+                        out.append(_Candidate(tuple(new), Change("swap_attributes", (f"{wi} {hx}", f"{wj} {hy}"),
+                                                                 (f"{wj} {hx}", f"{wi} {hy}"), kind)))
     return out
+
+
+#: Numerals a count swap exchanges ("a"/"an"/"one" count 1); "some", "many" say no number.
+_NUMERALS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+             "ten": 10, "a": 1, "an": 1}
+
+
+def _count_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
+    """Two objects' counts change places, each noun taking the other's number ("two dogs chasing a
+    ball" -> "a dog chasing two balls"): the numbers bind to other objects, the objects and relations
+    stay. Only numerals (digits, "two" ... "ten") against another numeral or "a"/"an"/"one"; never
+    between two mentions of one noun, and only nouns whose other number lemminflect gives for sure."""
+    toks, out = parsed.edit_tokens(), []
+
+    def count(m) -> int | None:
+        if m.determiner is None or toks[m.head].tag not in ("NN", "NNS") or _verb_like_noun(toks, m.head) or \
+                any(t.word.lower() in QUANTIFIERS | {"couple", "pair", "lot", "bunch"}
+                    for t in toks[m.determiner + 1:m.head + 1]):
+            return None  # "a few office desks", "a couple of": no count of the head to swap
+        w = toks[m.determiner].word.lower()
+        n = int(w) if w.isdigit() else _NUMERALS.get(w)
+        if n is None or (n == 1) != (toks[m.head].tag == "NN"):
+            return None  # "two dog", "a people": the parse is not what it seems
+        return n
+
+    counted = [(m, count(m)) for m in object_mentions(parsed)]
+    counted = [(m, n) for m, n in counted if n is not None]
+    for a in range(len(counted)):
+        for b in range(a + 1, len(counted)):
+            (x, nx), (y, ny) = counted[a], counted[b]
+            if nx == ny or (nx == 1 and ny == 1) or word_forms(toks[x.head].word) & word_forms(toks[y.head].word):
+                continue
+            new, ok = list(toks), True
+            for m, n_new, m_other in ((x, ny, y), (y, nx, x)):
+                head = toks[m.head]
+                noun = noun_in_number(head.word, head.tag, "NN" if n_new == 1 else "NNS")
+                if noun is None:
+                    ok = False
+                    break
+                numeral = toks[m_other.determiner].word.lower()
+                if n_new == 1:
+                    numeral = "one" if numeral == "one" else "a"
+                det = toks[m.determiner]
+                new[m.determiner] = EditToken(match_case(numeral, det.word), "CD" if n_new > 1 else "DT", True,
+                                              det.initial)
+                if m.determiner + 1 < m.head:  # an article agrees with the next word again
+                    new[m.determiner + 1] = replace(new[m.determiner + 1], fresh=True)
+                if noun != head.word.lower():
+                    new[m.head] = EditToken(match_case(noun, head.word), "NN" if n_new == 1 else "NNS", True,
+                                            head.initial)
+                else:
+                    new[m.head] = replace(new[m.head], fresh=True)
+            if not ok:
+                continue
+            before = tuple(realize_words([t.word.lower() for t in toks[m.determiner:m.head + 1]]) for m in (x, y))
+            after = tuple(realize_words([t.word.lower() for t in new[m.determiner:m.head + 1]]) for m in (x, y))
+            out.append(_Candidate(tuple(new), Change("swap_counts", before, after, "counts")))
+    return out
+
+
+def _noun_modifiers(toks: list[EditToken], m) -> list[int]:
+    """A mention's compound modifier: the one common noun right before its head, itself after the
+    determiner or an adjective ("a [stone] bench", "the old [brick] wall"; not in "a cell phone case",
+    nor a spatial or generic noun, nor a word the lexicon never reads as a noun: "[living] room")."""
+    i = m.head - 1
+    if i < m.run_start or toks[i].tag != "NN" or (i > 0 and toks[i - 1].tag in _NOUN_TAGS | {"HYPH", "POS"}):
+        return []
+    w = toks[i].word.lower()
+    if not w.isalpha() or w in RELATIONAL_NOUNS or w in GENERIC_NOUNS or is_mistagged_noun(w):
+        return []
+    return [i]
 
 
 def _head_word(parsed: ParsedCaption, node: ConceptNode) -> str:

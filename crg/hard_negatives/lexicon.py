@@ -15,7 +15,8 @@ from crg.extract import PRIMITIVE_TAGS
 __all__ = [
     "NOMINAL_LABELS", "CLAUSE_LABELS", "SYMMETRIC_CONNECTIVES", "SYMMETRIC_RELATIONS", "is_order_free",
     "PLACE_PREPOSITIONS", "is_place_chain", "is_list_between", "COLOR_WORDS", "SIZE_POLES", "RELATION_OPPOSITES",
-    "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
+    "GENERIC_NOUNS", "SYNONYM_GROUPS", "RELATIONAL_NOUNS", "ARTICLES", "MASS_NOUNS", "PLURALIA_TANTUM",
+    "LEADING_DETERMINER_TAGS", "QUANTIFIERS",
     "AUXILIARIES", "NEGATORS", "NO_DETERMINERS", "WITH_NEGATIONS", "SWAPPABLE_PREPOSITIONS", "PREPOSITION_SYNONYMS",
     "LIST_JOINERS", "adjective_kind",
 ]
@@ -130,6 +131,27 @@ RELATIONAL_NOUNS = frozenset({"front", "top", "side", "middle", "bottom", "edge"
                               "inside", "outside", "left", "right", "base", "corner"})
 #: Indefinite articles: they must agree again with a word that is new after them.
 ARTICLES = ("a", "an")
+
+#: Nouns captions use as mass nouns or for a place there is one of ("the grass", "the sky", "the
+#: street"): a number-keeping swap never puts them in the plural ("two grasses").
+MASS_NOUNS = frozenset({
+    "grass", "snow", "air", "water", "sky", "dirt", "sand", "rain", "sun", "ground", "ocean", "sea", "food", "meat",
+    "bread", "rice", "broccoli", "cheese", "hair", "luggage", "traffic", "furniture", "ice", "mud", "fog", "smoke",
+    "sunlight", "daylight", "weather", "equipment", "fruit", "hay", "milk", "juice", "coffee", "wine", "beer", "tea",
+    "soup", "pasta", "sauce", "lettuce", "chicken", "beef", "pork", "fish", "salad", "cream", "chocolate", "sugar",
+    "background", "foreground", "distance", "dark", "darkness", "outside", "inside", "daytime", "night", "time", "way",
+    "view", "left", "right", "day", "street", "road", "beach", "sidewalk", "floor", "field", "city", "tarmac", "zoo",
+    "shore", "pavement", "infield", "outfield", "lawn", "forest", "jungle", "countryside", "wilderness",
+    "surf", "shade", "sunshine", "light", "wind", "clothing", "paper", "wood", "metal", "glass", "plastic", "stone",
+    "concrete", "brick", "tile", "foliage", "greenery", "vegetation", "scenery", "kitchen", "bathroom", "airport",
+    "park", "yard", "runway", "court", "pitch", "dusk", "sunset", "sunrise", "evening", "morning",
+    "rest", "weekend", "area", "space", "room", "home", "town", "downtown", "world", "internet"})
+
+#: Plural nouns with no singular in captions' use: a swap never makes "a pant" or "a jean" of them.
+PLURALIA_TANTUM = frozenset({"pants", "jeans", "shorts", "trousers", "glasses", "sunglasses", "goggles", "scissors",
+                             "clothes", "tongs", "pajamas", "overalls", "binoculars", "headphones", "earphones",
+                             "leggings", "tights", "stairs", "remains", "surroundings", "belongings", "outskirts",
+                             "groceries", "greens", "suds", "contents", "goods"})
 #: Tags of words before a noun phrase's adjectives ("the", "two", "his", "all").
 LEADING_DETERMINER_TAGS = frozenset({"DT", "CD", "PRP$", "PDT"})
 #: Quantifying words dropped when a noun-phrase caption becomes "there is no ...".

@@ -13,9 +13,10 @@ from functools import lru_cache
 
 import lemminflect
 
-from crg.hard_negatives.lexicon import SYNONYM_GROUPS
+from crg.hard_negatives.lexicon import PLURALIA_TANTUM, SYNONYM_GROUPS
 
-__all__ = ["VBZ_BASE", "is_mistagged_noun", "word_forms", "related_words", "article_for", "vbz_base", "match_case"]
+__all__ = ["VBZ_BASE", "has_verb_reading", "is_mistagged_noun", "noun_in_number", "verb_in_form", "word_forms",
+           "related_words", "article_for", "vbz_base", "match_case"]
 
 #: Base forms of the auxiliaries, which lemminflect reads as forms of "be"/"have"/"do" too; kept so the
 #: negation's do-support never depends on a lexicon lookup for them.
@@ -43,6 +44,75 @@ def is_mistagged_noun(word: str) -> bool:
     """
     readings = lemminflect.getAllLemmas(word.lower())
     return bool(readings) and "NOUN" not in readings and "PROPN" not in readings
+
+
+@lru_cache(maxsize=65536)
+def has_verb_reading(word: str) -> bool:
+    """Whether lemminflect reads ``word`` as a form of some verb ("balances", "stares"; not "desks").
+
+    >>> has_verb_reading("balances"), has_verb_reading("desks"), has_verb_reading("Stares")
+    (True, False, True)
+    """
+    return "VERB" in lemminflect.getAllLemmas(word.lower())
+
+
+@lru_cache(maxsize=65536)
+def noun_in_number(word: str, tag: str, like: str) -> str | None:
+    """Common noun ``word`` (tagged ``tag``, NN or NNS) in the number of tag ``like`` (NN or NNS), from
+    lemminflect; ``None`` where the number cannot be changed safely: a word whose lemma does not give it
+    back, one with a single form for both numbers ("sheep", "people"), or a plural with no singular in
+    use (``PLURALIA_TANTUM``: "jeans", "scissors"). Whether a singular is a count use ("a ball") or a
+    mass use ("in grass": "two grasses" reads as an error) the caller tells from its determiner. A swap
+    of two nouns of different numbers keeps each slot's number: "two dogs chasing a ball" -> "two balls
+    chasing a dog".
+
+    >>> noun_in_number("dog", "NN", "NNS"), noun_in_number("men", "NNS", "NN"), noun_in_number("cats", "NNS", "NNS")
+    ('dogs', 'man', 'cats')
+    >>> [noun_in_number(w, "NNS", "NN") for w in ("sheep", "jeans", "people")]
+    [None, None, None]
+    >>> noun_in_number("leaves", "NNS", "NN"), noun_in_number("knife", "NN", "NNS")  # leaf or leave: unsure
+    (None, 'knives')
+    """
+    if tag not in ("NN", "NNS") or like not in ("NN", "NNS"):
+        return None
+    w = word.lower()
+    if tag == like:
+        return w
+    found = set()
+    for lemma in lemminflect.getLemma(w, upos="NOUN"):
+        singular = lemminflect.getInflection(lemma, tag="NN")
+        plural = lemminflect.getInflection(lemma, tag="NNS")
+        if not singular or not plural or w != (singular[0] if tag == "NN" else plural[0]):
+            continue
+        if plural[0] == singular[0] or w in PLURALIA_TANTUM or plural[0] in PLURALIA_TANTUM:
+            return None
+        found.add(plural[0] if like == "NNS" else singular[0])
+    return found.pop() if len(found) == 1 else None  # two lemmas ("leaves": leaf, leave): unsure
+
+
+@lru_cache(maxsize=65536)
+def verb_in_form(word: str, tag: str, like: str) -> str | None:
+    """Verb ``word`` (tagged ``tag``: VBG, VBZ, VBP, VBD, VBN) in the form of tag ``like``, from
+    lemminflect; ``None`` unless exactly one lemma gives ``word`` back in its own form (so a swap of
+    two verbs of different forms keeps each slot's form: "a man riding a horse holds a flag" -> "a man
+    holding a horse rides a flag").
+
+    >>> verb_in_form("riding", "VBG", "VBZ"), verb_in_form("holds", "VBZ", "VBG"), verb_in_form("sat", "VBD", "VBG")
+    ('rides', 'holding', 'sitting')
+    >>> verb_in_form("flys", "VBZ", "VBG") is None  # a misspelling lemminflect cannot give back
+    True
+    """
+    tags = ("VBG", "VBZ", "VBP", "VBD", "VBN")
+    if tag not in tags or like not in tags:
+        return None
+    w = word.lower()
+    found = set()
+    for lemma in lemminflect.getLemma(w, upos="VERB"):
+        own = lemminflect.getInflection(lemma, tag=tag)
+        other = lemminflect.getInflection(lemma, tag=like)
+        if own and other and own[0] == w:
+            found.add(other[0])
+    return found.pop() if len(found) == 1 else None
 
 
 def word_forms(word: str) -> set[str]:

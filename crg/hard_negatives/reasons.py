@@ -52,6 +52,9 @@ def false_because(change: Change) -> FalseReason:
     if op == "swap_phrases":
         return FalseReason(f"the objects {b[0]!r} and {b[1]!r} in their roles",
                            f"{b[0]!r} and {b[1]!r} change places with their modifiers, the relations staying")
+    if op == "swap_counts":
+        return FalseReason(f"the counts of {b[0]!r} and {b[1]!r}",
+                           f"the two objects' counts change places: now {a[0]!r} and {a[1]!r}")
     if op == "swap_relations":
         return FalseReason(f"the {where}s {b[0]!r} and {b[1]!r} each with its arguments",
                            f"the {where}s {b[0]!r} and {b[1]!r} change places, their arguments staying")
