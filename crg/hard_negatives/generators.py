@@ -263,7 +263,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
         for b in range(a + 1, len(mentions)):
             x, y = mentions[a], mentions[b]
             tx, ty = toks[x.head], toks[y.head]
-            if (tx.tag != ty.tag and _number_swap(toks, x, y) is None) or word_forms(tx.word) & word_forms(ty.word) or \
+            numbers = _number_swap(toks, x, y) if tx.tag != ty.tag else None  # each noun in the other's number
+            if (tx.tag != ty.tag and numbers is None) or word_forms(tx.word) & word_forms(ty.word) or \
                     {tx.word.lower(), ty.word.lower()} & RELATIONAL_NOUNS or \
                     is_mistagged_noun(tx.word) or is_mistagged_noun(ty.word) or \
                     _verb_like_noun(toks, x.head) or _verb_like_noun(toks, y.head):
@@ -292,8 +293,8 @@ def _noun_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
                 continue  # "a toilet and sink", "plates, bowls": items of one list, order-free
             proper = tx.tag in ("NNP", "NNPS")
             wx, wy = (tx.word, ty.word) if proper else (tx.word.lower(), ty.word.lower())
-            if tx.tag != ty.tag:  # each slot keeps its number: "two dogs chasing a ball" -> "two balls chasing a dog"
-                into_x, into_y = _number_swap(toks, x, y)
+            if numbers is not None:  # each slot keeps its number: "two dogs chasing a ball" -> "two balls chasing a dog"
+                into_x, into_y = numbers
                 new = _replace(_replace(toks, x.head, into_x), y.head, into_y)
                 out.append(_Candidate(tuple(new), Change("swap_nouns", (wx, wy), (into_x, into_y),
                                                          "nouns, each slot keeping its number")))
@@ -400,10 +401,10 @@ def _attribute_swap_candidates(parsed: ParsedCaption) -> list[_Candidate]:
             if word_forms(toks[x.head].word) & word_forms(toks[y.head].word):
                 continue
             hx, hy = toks[x.head].word.lower(), toks[y.head].word.lower()
+            xw = {toks[k].word.lower() for k in range(x.run_start, x.head)}
+            yw = {toks[k].word.lower() for k in range(y.run_start, y.head)}
             for kind, xs, ys in (("attribute binding", slots[x.head][0], slots[y.head][0]),
                                  ("noun modifier binding", slots[x.head][1], slots[y.head][1])):
-                xw = {toks[k].word.lower() for k in range(x.run_start, x.head)}
-                yw = {toks[k].word.lower() for k in range(y.run_start, y.head)}
                 for i in xs:
                     for j in ys:
                         wi, wj = toks[i].word.lower(), toks[j].word.lower()
