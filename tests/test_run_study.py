@@ -534,18 +534,18 @@ def test_a_study_grown_by_a_new_model_searches_it_alone_and_keeps_the_other_choi
         return points
 
     vse = searched("vse", best=1)
-    first = finish_search(out, vse, [], [0], profile)
+    first = finish_search(out, vse, profile)
     trained = out / "runs" / "vse" / "seed0"  # a finished study run of VSE, on the first choice
     trained.mkdir(parents=True)
     (trained / "study_result.json").write_text(json.dumps({"model": "vse"}))
     negclip = searched("negclip", best=4)
-    grown = finish_search(out, negclip, [], [0], profile)
+    grown = finish_search(out, negclip, profile)
     assert grown == {**first, **choose_recipes({p.name: 50.0 if k == 4 else float(k) for k, p in enumerate(negclip)},
                                                negclip)}
     assert set(grown) == {"vse", "negclip"} and grown["vse"] == first["vse"]
     assert json.loads((out / SEARCH_DIR / "chosen.json").read_text())["chosen"] == grown
     table = (out / "tables" / "search.md").read_text()
     assert all(p.setting in table for p in [*vse, *negclip])  # both models' searches in the table
-    finish_search(out, searched("negclip", best=2), [], [0], profile)  # no negclip run trained yet: allowed
+    finish_search(out, searched("negclip", best=2), profile)  # no negclip run trained yet: allowed
     with pytest.raises(SystemExit, match=r"runs of \['vse'\] trained before this recipe search"):
-        finish_search(out, searched("vse", best=3), [], [0], profile)
+        finish_search(out, searched("vse", best=3), profile)

@@ -24,15 +24,8 @@ from composer.report.results import write_results
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.data import check_study_dir, prepare_data
 from composer.study.execute import StudyOptions, run_tasks
-from composer.study.search import (
-    SEARCH_DIR,
-    finish_search,
-    read_chosen,
-    run_asha_search,
-    search_points,
-    search_tasks,
-    with_chosen_recipe,
-)
+from composer.study.search import SEARCH_DIR, finish_search, read_chosen, run_asha_search, search_points, \
+    search_tasks, with_chosen_recipe
 
 __all__ = ["WALL_FILE", "InvocationClock", "run_study", "study_tasks"]
 
@@ -112,7 +105,7 @@ def _run_study(out: Path, profile: StudyProfile, *, seeds: list[int], runs: list
             run_asha_search(points, profile, study_data, out / SEARCH_DIR, options)
         elif not report_only:
             run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)
-        chosen = finish_search(out, points, runs, seeds, profile)
+        chosen = finish_search(out, points, profile)
         if search_only:
             return {"search": chosen}
     chosen = read_chosen(out)

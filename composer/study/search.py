@@ -33,12 +33,7 @@ from typing import Any
 from composer.models import registry
 from composer.report.results import RESULT, run_folder
 from composer.study.config import StudyProfile, StudyRun
-from composer.study.execute import (
-    StudyOptions,
-    execute_on_worker,
-    ray_resources,
-    run_dir,
-)
+from composer.study.execute import StudyOptions, execute_on_worker, ray_resources
 from crg.outputs import write_json_atomic, write_text_atomic
 
 __all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "SearchPoint",
@@ -183,7 +178,7 @@ def search_tasks(points: list) -> list[tuple[StudyRun, int]]:
              SEARCH_SEED) for p in points]
 
 
-def finish_search(out: Path, points: list, runs: list[StudyRun], seeds: list[int], profile: StudyProfile) -> dict:
+def finish_search(out: Path, points: list, profile: StudyProfile) -> dict:
     """Read the search's results, choose each searched model's recipe, write ``search/chosen.json`` and the table.
 
     A model this search did not cover keeps the choice ``chosen.json`` holds (a study grown by ``--runs`` of a
