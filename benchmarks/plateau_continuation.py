@@ -1,7 +1,7 @@
 """Was a run the study's budget ended still rising? Continue it past the budget and see (issue 31 item 3).
 
-    python benchmarks/plateau_continuation.py --study runs/study_converge --run flat --seeds 1,2 \\
-        --checkpoint 'keep/flat_seed{seed}' --extra-positives 40000 --out runs/converge_continued
+    python benchmarks/plateau_continuation.py --study runs/study_converge --run flat --seeds 0,1,2 \\
+        --rising-only --checkpoint 'keep/{run}_seed{seed}' --from-start --out runs/converge_continued
 
 A study trains every model under one budget of positives (the converge profile's 160K), so that no model
 gets more data than another; a run the budget stops while its validation still rises (the table's
@@ -15,7 +15,7 @@ at the study's cadence, stopping by the same patience, then evaluates the best w
 own evaluation. Everything else is the study's run: recipe (the search's choice), data, validation set.
 
 The result is a supplement, beside and never in the study's tables: the continued model has seen more
-data than the others. ``OUT/continuation.md`` gives each run's best validation within the budget and after
+data than the others. ``OUT/continuation_RUN.md`` gives each run's best validation within the budget and after
 the continuation, the gain over the whole curve's last quarter, how the continuation stopped, and the test
 figures before and after; ``OUT/runs/RUN/seedS/`` are ordinary study run folders.
 
@@ -192,15 +192,20 @@ def main(argv=None) -> None:
     ap.add_argument("--run", required=True, help="the study run to continue (e.g. flat)")
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
     ap.add_argument("--checkpoint", default=None,
-                    help="folder with the run's final last.ckpt and best.ckpt, {seed} filled in (default: the "
-                         "run's own checkpoints folder in the study)")
+                    help="folder with the run's final last.ckpt and best.ckpt, {run} and {seed} filled in "
+                         "(default: the run's own checkpoints folder in the study)")
     ap.add_argument("--from-start", action="store_true",
                     help="where that folder does not exist, train the run again from its start to the longer "
                          "budget (the table says whether the curve within the budget repeated)")
     ap.add_argument("--extra-positives", type=int, default=40_000, help="positives past the study's budget")
+    ap.add_argument("--rising-only", action="store_true",
+                    help="skip the seeds whose study run reached its plateau (stopped by its patience, or "
+                         "gaining under 1 point of val R@1 over its last quarter)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from composer.report.convergence import reached_plateau  # the study's plateau table's test
+
     study, out = args.study.resolve(), args.out.resolve()
     if args.extra_positives < 1:
         raise SystemExit("error: --extra-positives must be >= 1")
@@ -211,18 +216,27 @@ def main(argv=None) -> None:
         budget_path = study / "runs" / args.run / f"seed{seed}" / "study_result.json"
         if not budget_path.exists():
             raise SystemExit(f"error: {budget_path} does not exist: the run has not finished in the study")
-        ckpts = Path(args.checkpoint.format(seed=seed)) if args.checkpoint else budget_path.parent / "checkpoints"
+        budget_run = json.loads(budget_path.read_text())
+        if args.rising_only and reached_plateau(budget_run["plateau"]["stopped"],
+                                                budget_run["plateau"].get("last_quarter_gain")):
+            logger.info("%s seed %d reached its plateau in the study (%s, last-quarter gain %+.1f): skipped",
+                        args.run, seed, budget_run["plateau"]["stopped"], budget_run["plateau"]["last_quarter_gain"])
+            continue
+        ckpts = (Path(args.checkpoint.format(seed=seed, run=args.run)) if args.checkpoint
+                 else budget_path.parent / "checkpoints")
         if not ckpts.exists() and not args.from_start:
             raise SystemExit(f"error: {ckpts} does not exist (the run's final checkpoints); --from-start trains "
                              f"the run again from its start")
         ckpts = ckpts.resolve() if ckpts.exists() else None
         continued = continue_run(study, out, args.run, seed, ckpts, args.extra_positives)
-        rows.append({"run": args.run, "seed": seed, "budget": json.loads(budget_path.read_text()),
-                     "continued": continued})
+        rows.append({"run": args.run, "seed": seed, "budget": budget_run, "continued": continued})
         logger.info("%s seed %d continued: %s", args.run, seed, continued["plateau"]["stopped"])
+    if not rows:
+        print(f"{args.run}: every seed reached its plateau in the study; nothing to continue")
+        return
     budget = rows[0]["budget"]["plateau"]["max_positives"]
     text = render(rows, budget, args.extra_positives)
-    write_text_atomic(out / "continuation.md", text)
+    write_text_atomic(out / f"continuation_{args.run}.md", text)
     print(text)
 
 

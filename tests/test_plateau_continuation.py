@@ -99,3 +99,22 @@ def test_the_longer_schedule_is_the_studys_then_constant():
     rates = [ours.optim.factor(s / spe) for s in range(steps + 1)]
     assert [theirs.optim.factor(s / spe) for s in range(steps + 1)] == rates  # bit for bit
     assert {theirs.optim.factor(s / spe) for s in range(steps, longer_steps + 1)} == {rates[-1]}
+
+
+def test_rising_only_skips_the_runs_at_their_plateau(tmp_path, capsys):
+    from crg.outputs import write_json_atomic
+
+    script = _script()
+    study = tmp_path / "study"
+    for seed, stopped, gain in ((0, "patience", 5.0), (1, "max_positives", 0.4)):
+        write_json_atomic(study / "runs" / "flat" / f"seed{seed}" / "study_result.json",
+                          {"plateau": {"stopped": stopped, "last_quarter_gain": gain}})
+    write_json_atomic(study / "study.json", {"profile": {"name": "converge"}})
+    script.main(["--study", str(study), "--run", "flat", "--seeds", "0,1", "--rising-only", "--out",
+                 str(tmp_path / "out")])
+    assert "every seed reached its plateau" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="does not exist"):  # a rising run needs its checkpoints
+        write_json_atomic(study / "runs" / "flat" / "seed2" / "study_result.json",
+                          {"plateau": {"stopped": "max_positives", "last_quarter_gain": 3.0}})
+        script.main(["--study", str(study), "--run", "flat", "--seeds", "2", "--rising-only", "--out",
+                     str(tmp_path / "out")])
