@@ -405,7 +405,7 @@ def test_two_ray_workers_train_the_study_and_kept_weights_load_as_gc_evaluate_lo
 
     from composer.cli.evaluate import load_model
     from composer.evaluation.eval_sets import load_eval_data
-    from composer.study.evaluation import sentence_retrieval
+    from composer.evaluation.sentence_retrieval import sentence_retrieval
 
     root, _, _ = world_env
     _, call = run_study

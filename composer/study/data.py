@@ -59,7 +59,7 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     if path.exists():
         return _study_paths(json.loads(path.read_text()), lambda p: str(out / p))
     started = time.perf_counter()
-    from composer.study.evaluation import world_hard_negative_set
+    from composer.evaluation.hard_negatives import world_hard_negative_set
     from composer.training.data import CompositionDataModule, DataConfig
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset

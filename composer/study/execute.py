@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import csv
 import logging
-import math
 import os
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from composer.models import registry
@@ -78,18 +77,14 @@ def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecip
 
 
 def study_schedule(run: StudyRun, profile: StudyProfile):
-    """``train()``'s ``fit_schedule`` for the run: the named schedule's shape (warm-up, /10 steps) compressed
-    into the profile's number of steps; IL's step schedule as it is (the plain kinds: its total steps)."""
+    """``train()``'s ``fit_schedule`` for the run: the profile's :class:`composer.training.schedule.Schedule`
+    (the named schedule's shape compressed into its steps); IL's step schedule as it is (the plain kinds: its
+    total steps)."""
 
     def fit_schedule(recipe: TrainingRecipe, spe: int) -> tuple[TrainingRecipe, int, int]:
         if recipe.il is not None:
             return recipe, -1, recipe.il.total_steps
-        sched = schedule_for(profile, run.model)
-        max_steps = sched.total_steps(spe)
-        optim = replace(recipe.optim, epochs=max(1, math.ceil(max_steps / spe)),
-                        warmup_epochs=sched.warmup_fraction * max_steps / spe,
-                        decay_epochs=tuple(f * max_steps / spe for f in sched.decay_fractions))
-        return replace(recipe, optim=optim), optim.epochs, max_steps
+        return schedule_for(profile, run.model).fit(recipe, spe)
 
     return fit_schedule
 
@@ -178,7 +173,7 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
     """The run's evaluations (``profile.evals_for(run)``) of ``model`` (the saved one, also ``module.model``)."""
     from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
     from composer.evaluation.text_pairs import hard_negative_accuracy
-    from composer.study.evaluation import flat_report, generalisation_gap, sentence_retrieval
+    from composer.evaluation.sentence_retrieval import flat_report, generalisation_gap, sentence_retrieval
     from composer.training.fit import add_twin_scores
 
     device = next(model.parameters()).device
@@ -313,7 +308,7 @@ def ray_resources(options: StudyOptions) -> tuple[int, int]:
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise RayConnectError(f"cannot start or join {where}: {first}") from err
         if not options.address:  # Ray's agents outlive a driver killed with SIGKILL: a watcher ends them
-            from composer.study.fate import watch
+            from crg.fate import watch
 
             watch()
         check_worker_code()
