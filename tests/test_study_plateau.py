@@ -113,7 +113,8 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
 
     from composer.study.execute import StudyOptions
     from composer.study.runner import run_study
-    from composer.study.search import read_asha_status, search_grid, search_value
+    from composer.study.search import read_asha_status, search_value
+    from composer.training.recipe_grid import search_grid
 
     profile = plateau_smoke(asha_grace_positives=EVERY, asha_reduction=2)
     out = world_env / "asha"
@@ -223,7 +224,7 @@ def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():
     """A worker's logging: Lightning's INFO lines (seed, model summary) off, the runs' progress lines on."""
     import logging
 
-    from composer.study.execute import QUIET_LOGGERS, worker_logging
+    from composer.training.log_levels import QUIET_LOGGERS, worker_logging
 
     import composer.training.fit  # noqa: F401  (Lightning's loggers as they are before the call)
 
@@ -254,7 +255,7 @@ def test_a_study_whose_ray_workers_import_other_code_stops_before_any_run(tmp_pa
 
     import composer
     from composer.provenance import LIBRARY_PACKAGES, code_identity
-    from composer.study.execute import WorkerCodeMismatch, check_worker_code
+    from composer.provenance import WorkerCodeMismatch, check_worker_code
 
     root = Path(composer.__file__).resolve().parents[1]
     other = tmp_path / "other_checkout"

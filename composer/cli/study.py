@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         ap.error("--out is required (the study's folder)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # one line per run; the libraries' chatter only with --verbose
-        from composer.study.execute import quiet_library_logging
+        from composer.training.log_levels import quiet_library_logging
 
         quiet_library_logging()
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -129,11 +129,11 @@ def main(argv=None) -> int:
                          "need the generated world's scene graphs")
     from pathlib import Path
 
+    from composer.provenance import WorkerCodeMismatch
     from composer.study.config import get_profile, study_runs
     from composer.study.runner import run_study
-    from crg.outputs import write_text_atomic
-    from composer.study.execute import WorkerCodeMismatch
     from composer.study.search import SearchInterrupted
+    from crg.outputs import write_text_atomic
     from crg.ray_engine import RayConnectError, check_address
 
     profile = get_profile(config.profile)

@@ -14,14 +14,12 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 
 from composer.models.common.config import plain_config
 from composer.study.config import StudyProfile
 from crg.outputs import settings_diff, write_json_atomic
 
-__all__ = ["PRUNE_SEED", "STUDY_PARSER", "EvalSets", "candidate_split_labels", "check_study_dir", "make_mcd_windows",
-           "prepare_data"]
+__all__ = ["PRUNE_SEED", "STUDY_PARSER", "EvalSets", "check_study_dir", "prepare_data"]
 
 STUDY_PARSER = "world"
 PRUNE_SEED = 0  # Table 7's degraded parses are data: the same for every model seed
@@ -60,13 +58,16 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
         return _study_paths(json.loads(path.read_text()), lambda p: str(out / p))
     started = time.perf_counter()
     from composer.evaluation.hard_negatives import world_hard_negative_set
+    from composer.evaluation.mcd_windows import make_mcd_windows
     from composer.training.data import CompositionDataModule, DataConfig
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset
 
     spec = resolve_dataset("world", **profile.world_data())
     logger.info("world: %s", spec.world_dir)
-    mcd = make_mcd_windows(profile, spec, out / "data" / "mcd")
+    mcd = make_mcd_windows(spec, out / "data" / "mcd", num_images=profile.mcd_images, num_windows=profile.num_windows,
+                           candidate_roles=profile.mcd_candidate_splits, compounds=profile.mcd_compounds,
+                           parser=STUDY_PARSER)
 
     test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), parser_name=STUDY_PARSER, progress=False)
     dm = CompositionDataModule(DataConfig(data="world", **profile.world_data()))
@@ -102,63 +103,6 @@ def _study_paths(data: dict, convert) -> dict:
         window["path"] = convert(window["path"])
     data["hard_negatives"]["path"] = convert(data["hard_negatives"]["path"])
     return data
-
-
-def candidate_split_labels(spec, roles) -> list[str]:
-    """The world's split labels of the MCD candidates' roles: ``val``, ``test`` (every test set: on the
-    compositional world ``test_iid``, ``test_systematic`` and ``test_productivity``) or a label itself.
-
-    >>> from features.catalog import DatasetSpec
-    >>> spec = DatasetSpec("world", Path("c"), None, test_splits=("test_iid",),
-    ...                    eval_splits={"systematic": ("test_systematic",)})
-    >>> candidate_split_labels(spec, ("val", "test"))
-    ['val', 'test_iid', 'test_systematic']
-    """
-    by_role = {"train": list(spec.train_splits), "val": list(spec.val_splits),
-               "test": [*spec.test_splits, *(s for labels in spec.eval_splits.values() for s in labels)]}
-    return list(dict.fromkeys(label for role in roles for label in by_role.get(role, [role])))
-
-
-def make_mcd_windows(profile: StudyProfile, spec, out: Path) -> dict:
-    """The MCD split of the candidate splits against the train split, and ``num_windows`` windows
-    evenly spaced over the range of window divergences, with the project's splitter."""
-    from crg.compounds import SEMANTIC, semantic_annotations
-    from crg.corpus import read_corpus
-    from crg.graph_cache import get_or_build_graph
-    from crg.mcd import MCDConfig, build_problem, eligible_candidates, make_mcd_split
-    from crg.mcd_output import GraphOptions, MCDCorpora, write_mcd_split
-
-    captions = spec.captions
-    candidate_splits = candidate_split_labels(spec, profile.mcd_candidate_splits)
-    graph, _ = get_or_build_graph(captions, None, parser_name=STUDY_PARSER, progress=False)
-    splits = np.asarray(graph.image_splits, dtype=object)
-    annotations = (semantic_annotations(read_corpus(captions).images, str(captions))
-                   if profile.mcd_compounds == SEMANTIC else None)
-    problem = build_problem(graph, graph, train_images=np.flatnonzero(np.isin(splits, list(spec.train_splits))),
-                            candidate_images=np.flatnonzero(np.isin(splits, candidate_splits)),
-                            compounds=profile.mcd_compounds, annotations=annotations)
-    eligible = int(eligible_candidates(problem)[0].sum())
-    k = min(profile.mcd_images, max(1, eligible // 2))  # leave room to slide the window
-    if k < profile.mcd_images:
-        logger.warning("MCD split: %d eligible candidates; using %d images instead of %d", eligible, k,
-                       profile.mcd_images)
-    scan = make_mcd_split(problem, MCDConfig(num_images=k, num_random=0))
-    lo, hi = float(scan.curve_compound.min()), float(scan.curve_compound.max())
-    targets = sorted({round(float(t), 3) for t in np.linspace(lo, hi, profile.num_windows)})
-    written = write_mcd_split(MCDCorpora(str(captions), list(spec.train_splits), candidate_splits=candidate_splits),
-                              out, MCDConfig(num_images=k, target_cds=tuple(targets), progress=False),
-                              graphs=GraphOptions(parser_name=STUDY_PARSER, progress=False),
-                              compounds=profile.mcd_compounds)
-    report = written.report
-    windows = [{"target": t["target"], "compound_divergence": t["compound_divergence"],
-                "atom_divergence": t["atom_divergence"], "window_start": t["window_start"],
-                "num_images": t["num_images"], "path": str(Path(d) / "eval.jsonl")}
-               for t, d in zip(report["targets"], written.target_dirs)]
-    return {"dir": str(out), "path": str(out / "eval.jsonl"), "num_images": k, "eligible": eligible,
-            "compounds": profile.mcd_compounds, "compound_divergence": report["compound_divergence"],
-            "atom_divergence": report["atom_divergence"], "compound_divergences": report["compound_divergences"],
-            "random_compound_divergence": report["random_compound_divergence"],
-            "ranking_direction": report["ranking_direction"], "windows": windows}
 
 
 class EvalSets:

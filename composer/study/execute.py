@@ -13,7 +13,6 @@ of this machine's cores, or the cluster at ``address``; one GPU per run where th
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 import time
@@ -27,11 +26,12 @@ from composer.provenance import git_sha, hardware_description
 from composer.report.results import ERROR, RESULT, run_folder
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
 from composer.study.data import PRUNE_SEED, EvalSets
+from composer.training.curve import read_train_curve
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["RESULT", "StudyOptions", "ray_resources", "read_train_curve", "run_dir", "run_recipe", "run_tasks",
-           "study_schedule", "train_and_evaluate"]
+__all__ = ["RESULT", "StudyOptions", "ray_resources", "run_dir", "run_recipe", "run_tasks", "study_schedule",
+           "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,23 +87,6 @@ def study_schedule(run: StudyRun, profile: StudyProfile):
         return schedule_for(profile, run.model).fit(recipe, spe)
 
     return fit_schedule
-
-
-def read_train_curve(metrics_csv: Path) -> dict:
-    """Per-step training losses from a Lightning CSV log (IL-CLIP's generation and phase when logged)."""
-    keys = {"loss": "train/loss", "contrastive": "train/contrastive", "distill": "train/distill",
-            "generation": "il/generation", "phase": "il/phase", "match_acc": "train/match_acc"}
-    rows: dict[int, dict] = {}
-    if not metrics_csv.exists():
-        return {}
-    with metrics_csv.open() as f:
-        for rec in csv.DictReader(f):
-            if rec.get("step"):
-                rows.setdefault(int(float(rec["step"])), {}).update(
-                    {name: float(rec[col]) for name, col in keys.items() if rec.get(col) not in (None, "")})
-    steps = sorted(s for s, r in rows.items() if "loss" in r)
-    return {"step": steps, **{name: [rows[s].get(name) for s in steps] for name in keys
-                              if any(name in rows[s] for s in steps)}}
 
 
 def _cycle(loader):
@@ -162,8 +145,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
     if "plateau" in fit:  # where the reported weights come from, why training stopped, the learning curve
         result.update(plateau=fit["plateau"], curve=fit["curve"])
-    logs = sorted((out / "logs").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
-    result["train_curve"] = read_train_curve(logs[-1]) if logs else {}
+    result["train_curve"] = read_train_curve(out)
     result["train_curve"]["seed"] = seed
     return result
 
@@ -227,33 +209,10 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
     return result
 
 
-# the libraries' loggers a study keeps at WARNING (Lightning's seed and model-summary lines, once per run), in
-# gc-study's process (unless --verbose) and in its Ray workers alike
-QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "crg", "features", "composer")
-
-
-def quiet_library_logging(*info: str) -> None:
-    """:data:`QUIET_LOGGERS` at WARNING; the study's own lines (``composer.study``) and ``info``'s at INFO."""
-    import composer.training.fit  # noqa: F401  (imports Lightning, which sets its loggers' levels: first)
-
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for name in ("composer.study", *info):
-        logging.getLogger(name).setLevel(logging.INFO)
-
-
-def worker_logging() -> None:
-    """Logging of a Ray worker that trains study runs: the driver's levels plus each plateau run's progress
-    line (step, loss, steps/s, ETA, once a minute). Why: a worker starts with Python's defaults, where
-    Lightning's INFO lines reach the study's log (``log_to_driver``) for every run and the runs' own progress
-    lines do not, so a study's log showed model summaries and no step rate."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    quiet_library_logging("composer.training.fit")
-
-
 def execute_on_worker(*args, **kwargs) -> str:
-    """:func:`execute` in a Ray worker, with :func:`worker_logging`."""
+    """:func:`execute` in a Ray worker, with :func:`composer.training.log_levels.worker_logging`."""
+    from composer.training.log_levels import worker_logging
+
     worker_logging()
     return execute(*args, **kwargs)
 
@@ -289,60 +248,23 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
 
 # ---------------------------------------------------------------------------- the map over runs
 def ray_resources(options: StudyOptions) -> tuple[int, int]:
-    """Start Ray here (or join ``options.address``) unless it runs; returns the CPUs and GPUs of one run:
-    ``jobs`` runs at a time over all of Ray's CPUs, none larger than the smallest machine, a GPU per run
-    where there is one."""
+    """Start Ray here (or join ``options.address``) unless it runs, and check that its workers import this
+    code; returns the CPUs and GPUs of one run: ``jobs`` runs at a time over all of Ray's CPUs, none larger
+    than the smallest machine, a GPU per run where there is one."""
     import ray
 
-    from crg.ray_engine import RayConnectError, check_address
+    from composer.provenance import check_worker_code
+    from crg.ray_engine import join_ray
 
     if not ray.is_initialized():
-        check_address(options.address)  # nothing listening there: one error in 10 s, not ray.init's retries for ever
         env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
         env["RAY_CHDIR_TO_TRIAL_DIR"] = "0"  # Tune's trials keep the study's working directory (relative paths)
-        try:  # a local Ray started here is this process's: its raylet and workers end when it does
-            ray.init(address=options.address, num_cpus=None if options.address else os.cpu_count(),
-                     runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=True)
-        except Exception as err:  # Ray raises a bare Exception when its raylet does not start in time
-            where = f"the Ray cluster at --address {options.address}" if options.address else "a local Ray"
-            first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise RayConnectError(f"cannot start or join {where}: {first}") from err
-        if not options.address:  # Ray's agents outlive a driver killed with SIGKILL: a watcher ends them
-            from crg.fate import watch
-
-            watch()
+        join_ray(options.address, env)
         check_worker_code()
     node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
     cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     return cpus, gpus
-
-
-class WorkerCodeMismatch(RuntimeError):
-    """Ray's workers import other library code than this process (a one-line error before any run)."""
-
-
-def check_worker_code() -> None:
-    """Raise :class:`WorkerCodeMismatch` unless a Ray worker imports the same library sources as this driver
-    (:func:`composer.provenance.code_identity`): runs trained by other code than the study records, or
-    trials whose function the workers cannot find, would otherwise surface hours later."""
-    import ray
-
-    from composer.provenance import code_identity
-
-    mine = code_identity()
-    try:
-        theirs = ray.get(ray.remote(code_identity).options(num_cpus=0).remote())
-    except Exception as err:  # a worker whose code lacks even this function
-        theirs = None
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-    if theirs is None or theirs.digest != mine.digest:
-        where = f"from {theirs.location}" if theirs else f"(they failed: {detail})"
-        raise WorkerCodeMismatch(
-            f"Ray's workers import other library code {where} than this process ({mine.location}): a local "
-            f"Ray's workers put the working directory first on sys.path, so start the study from the checkout "
-            f"the package is installed from (or set PYTHONPATH to the checkout you run from) and, on a cluster, "
-            f"install the same code on every node")
 
 
 def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,
