@@ -113,7 +113,7 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
 
     from composer.study.execute import StudyOptions
     from composer.study.runner import run_study
-    from composer.study.search import read_asha_status, search_value
+    from composer.report.search import read_asha_status, search_value
     from composer.training.recipe_grid import search_grid
 
     profile = plateau_smoke(asha_grace_positives=EVERY, asha_reduction=2)
@@ -139,7 +139,7 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
             assert s["stopped_at_positives"] is None
         else:  # ASHA ended it at a rung: the grace period or a reduction-fold multiple of it, below the budget
             assert s["stopped_at_positives"] in (EVERY, 2 * EVERY, 4 * EVERY)
-        values[p.name] = search_value(out / "search", p)[0]
+        values[p.name] = search_value(out / "search", p.name)[0]
         assert values[p.name] is not None
     assert chosen["vse"]["run"] == max(values, key=lambda n: (values[n], -list(values).index(n)))
     table = (out / "tables" / "search.md").read_text()

@@ -1,11 +1,42 @@
-"""The recipe search's table (``tables/search.md``): each model's configurations and their validation R@1, from
-the search's results (:mod:`composer.study.search` reads them and writes the table)."""
+"""The recipe search's results and table (``tables/search.md``): each configuration's validation R@1 from its run
+(``OUT/search/runs/POINT/seed0``) or, when ASHA stopped it, its learning curve (``OUT/search/asha.json``, which
+:func:`composer.study.search.run_asha_search` writes, says which); :mod:`composer.study.search` chooses from them
+and writes the table."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-__all__ = ["render_search_table"]
+from composer.report.results import RESULT, run_folder
+
+__all__ = ["ASHA_FILE", "read_asha_status", "render_search_table", "search_value"]
+
+ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (run_asha_search)
+
+
+def read_asha_status(search_dir: Path) -> dict:
+    """``{point: {"model", "finished", "stopped_at_positives", "error"}}`` of an ASHA search ({} without one)."""
+    path = Path(search_dir) / ASHA_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def search_value(search_dir: Path, point: str, seed: int = 0) -> tuple[float | None, float | None]:
+    """The val R@1 of the search's configuration ``point`` (its best validation under a plateau, as the study
+    reports it) and chance R@1: from its result when it finished, else from the curve of a trial ASHA stopped;
+    (None, None) when it has neither (failed, or not run yet)."""
+    directory = run_folder(search_dir, point, seed)
+    if (directory / RESULT).exists():
+        val = json.loads((directory / RESULT).read_text())["val"]
+        return val["R@1"], val.get("chance_R@1")
+    if read_asha_status(search_dir).get(point, {}).get("stopped_at_positives") is not None:
+        from composer.training.curve import read_curve
+
+        best = read_curve(directory)[0].best() if (directory / "curve.json").exists() else None
+        if best is not None:
+            return best.metrics["R@1"], best.metrics.get("chance_R@1")
+    return None, None
 
 
 def render_search_table(val_r1: Mapping[str, float | None], points: Sequence, chosen: Mapping[str, dict],

@@ -22,15 +22,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from composer.report.results import RESULT, run_folder
-from composer.report.search import render_search_table
+from composer.report.search import ASHA_FILE, read_asha_status, render_search_table, search_value
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.execute import StudyOptions, execute_on_worker, ray_resources
 from composer.training.recipe_grid import GRID_SIZE, SearchPoint, search_grid
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["ASHA_FILE", "SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "check_search_complete", "choose_recipes",
-           "finish_search", "read_asha_status", "read_chosen", "run_asha_search", "search_points", "search_tasks",
-           "search_value", "tune_signal_handlers_restored", "undecided_points", "with_chosen_recipe"]
+__all__ = ["SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "check_search_complete", "choose_recipes", "finish_search",
+           "read_chosen", "run_asha_search", "search_points", "search_tasks", "tune_signal_handlers_restored",
+           "undecided_points", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def finish_search(out: Path, points: list, profile: StudyProfile) -> dict:
     """
     val_r1, chance, status = {}, None, read_asha_status(out / SEARCH_DIR)
     for p in points:
-        val_r1[p.name], point_chance = search_value(out / SEARCH_DIR, p)
+        val_r1[p.name], point_chance = search_value(out / SEARCH_DIR, p.name, SEARCH_SEED)
         chance = chance or point_chance
     searched = choose_recipes(val_r1, points)
     path = out / SEARCH_DIR / "chosen.json"
@@ -103,32 +103,6 @@ def finish_search(out: Path, points: list, profile: StudyProfile) -> dict:
         raise SystemExit(f"error: the recipe search has no finished run for {missing}; rerun to retry")
     logger.info("recipe search: %s", {m: c["run"] for m, c in chosen.items()})
     return chosen
-
-
-ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (run_asha_search)
-
-
-def read_asha_status(search_dir: Path) -> dict:
-    """``{point: {"model", "finished", "stopped_at_positives", "error"}}`` of an ASHA search ({} without one)."""
-    path = Path(search_dir) / ASHA_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def search_value(search_dir: Path, point: SearchPoint) -> tuple[float | None, float | None]:
-    """The point's val R@1 (its best validation under a plateau, as the study reports it) and chance R@1:
-    from its result when it finished, else from the curve of a trial ASHA stopped; (None, None) when it
-    has neither (failed, or not run yet)."""
-    directory = run_folder(search_dir, point.name, SEARCH_SEED)
-    if (directory / RESULT).exists():
-        val = json.loads((directory / RESULT).read_text())["val"]
-        return val["R@1"], val.get("chance_R@1")
-    if read_asha_status(search_dir).get(point.name, {}).get("stopped_at_positives") is not None:
-        from composer.training.curve import read_curve
-
-        best = read_curve(directory)[0].best() if (directory / "curve.json").exists() else None
-        if best is not None:
-            return best.metrics["R@1"], best.metrics.get("chance_R@1")
-    return None, None
 
 
 def read_chosen(out: Path) -> dict | None:
