@@ -488,7 +488,7 @@ def test_a_study_started_with_a_relative_out_resumes_from_another_directory(worl
     monkeypatch.chdir(first)
     call("--data", "world", "--out", "study", "--profile", "smoke", "--runs", "vse")
     monkeypatch.chdir(second)
-    from composer.study.data import EvalSets
+    from composer.evaluation.eval_sets import EvalSets
 
     monkeypatch.setattr(EvalSets, "_shared", {})  # as a new process (a Ray worker) would: nothing read yet
     call("--data", "world", "--out", str(first / "study"), "--profile", "smoke", "--runs", "vse,composer")
@@ -502,7 +502,7 @@ def test_a_moved_study_folder_still_finds_its_data(world_env, run_study, monkeyp
     mount point) and grown there trains its new run on the moved data."""
     import shutil
 
-    from composer.study.data import EvalSets
+    from composer.evaluation.eval_sets import EvalSets
 
     _, call = run_study
     call("--data", "world", "--out", str(tmp_path / "here"), "--profile", "smoke", "--runs", "vse")

@@ -1,5 +1,6 @@
 """The study's data, made once per study directory: the world, its MCD split and compound-divergence windows,
-the hard-negative set (``OUT/data/``), and each process's evaluation sets read from them.
+the hard-negative set (``OUT/data/``), which each process reads as its
+:class:`composer.evaluation.eval_sets.EvalSets`.
 
 Every graph of the study is built as its training graphs are: from the world's gold trees (docs/world.md,
 "Gold parses"), also the MCD split's, the hard negatives' and the windows'.
@@ -19,7 +20,7 @@ from composer.models.common.config import plain_config
 from composer.study.config import StudyProfile
 from crg.outputs import settings_diff, write_json_atomic
 
-__all__ = ["PRUNE_SEED", "STUDY_PARSER", "EvalSets", "check_study_dir", "prepare_data"]
+__all__ = ["PRUNE_SEED", "STUDY_PARSER", "check_study_dir", "prepare_data"]
 
 STUDY_PARSER = "world"
 PRUNE_SEED = 0  # Table 7's degraded parses are data: the same for every model seed
@@ -103,52 +104,3 @@ def _study_paths(data: dict, convert) -> dict:
         window["path"] = convert(window["path"])
     data["hard_negatives"]["path"] = convert(data["hard_negatives"]["path"])
     return data
-
-
-class EvalSets:
-    """The evaluation sets of one process, loaded on first use per (parser, parse pruning, regions per image)."""
-
-    _shared: dict = {}
-
-    def __init__(self, profile: StudyProfile, data: dict):
-        self.profile, self.data = profile, data
-        self._cache: dict = {}
-        self.hn_set = json.loads(Path(data["hard_negatives"]["path"]).read_text())
-
-    @classmethod
-    def shared(cls, profile: StudyProfile, data: dict) -> EvalSets:
-        """This process's sets of the study (a Ray worker or the driver loads each set once for all its runs)."""
-        key = (repr(profile), json.dumps(data, sort_keys=True))
-        if key not in cls._shared:
-            cls._shared.clear()
-            cls._shared[key] = cls(profile, data)
-        return cls._shared[key]
-
-    def _get(self, key, make):
-        if key not in self._cache:
-            self._cache[key] = make()
-        return self._cache[key]
-
-    def test(self, prune: float, max_regions: int, parser: str = STUDY_PARSER):
-        from composer.evaluation.eval_sets import load_eval_data
-
-        return self._get(("test", parser, prune, max_regions), lambda: load_eval_data(
-            "world", split="test", eval_images=self.profile.eval_images, max_regions=max_regions,
-            **self.profile.world_data(), parser=parser,
-            prune_probability=prune, prune_seed=PRUNE_SEED))
-
-    def split_file(self, path: str, num_images: int, prune: float, max_regions: int, parser: str = STUDY_PARSER):
-        from composer.evaluation.eval_sets import load_eval_data
-
-        return self._get(("file", path, parser, prune, max_regions), lambda: load_eval_data(
-            path, split="all", features=self.data["world"]["features"], eval_images=num_images,
-            max_regions=max_regions, parser=parser, prune_probability=prune, prune_seed=PRUNE_SEED))
-
-    def hn_programs(self, prune: float, parser: str = STUDY_PARSER) -> dict:
-        from composer.evaluation.hard_negatives import eval_pairs
-        from composer.evaluation.text_pairs import programs_for_texts
-
-        texts = [t for _, t in eval_pairs(self.hn_set)]
-        return self._get(("hn", parser, prune), lambda: programs_for_texts(texts, parser_name=parser,
-                                                                           prune_probability=prune,
-                                                                           prune_seed=PRUNE_SEED))

@@ -25,7 +25,7 @@ from composer.models.common.config import plain_config
 from composer.provenance import git_sha, hardware_description
 from composer.report.results import ERROR, RESULT, run_folder
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
-from composer.study.data import PRUNE_SEED, EvalSets
+from composer.study.data import PRUNE_SEED
 from composer.training.curve import read_train_curve
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 from crg.outputs import write_json_atomic, write_text_atomic
@@ -95,12 +95,14 @@ def _cycle(loader):
 
 
 # ---------------------------------------------------------------------------- one run
-def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: EvalSets, out: Path,
+def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path,
                        options: StudyOptions, callbacks=()) -> dict:
     """Train one run for one seed with ``train()`` into ``out`` and evaluate its saved model; returns the
     study's result (written by the caller). A folder a kill left half-trained is resumed from its last
     checkpoint (runs to the plateau are long), or overwritten when that cannot be done (a fixed-budget
-    run, other settings, a checkpoint cut short). ``callbacks`` go to the trainer (the search's reporter)."""
+    run, other settings, a checkpoint cut short). ``data``: the study's (:func:`composer.study.data.prepare_data`);
+    ``callbacks`` go to the trainer (the search's reporter)."""
+    from composer.evaluation.eval_sets import EvalSets
     from composer.training.fit import TrainerOptions, train
 
     trained = {}
@@ -141,7 +143,9 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
               "config": configs, "prune": run.prune, "parser": run.parser, "model_dir": fit["model_dir"],
               "pid": os.getpid()}
     started = time.perf_counter()
-    result.update(evaluate_saved(run, profile, sets, module, dm, model, tok, result))
+    sets = EvalSets.shared(profile.world_data(), profile.eval_images, data["world"]["features"],
+                           data["hard_negatives"]["path"], PRUNE_SEED)
+    result.update(evaluate_saved(run, profile, sets, data["mcd"], module, dm, model, tok, result))
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
     if "plateau" in fit:  # where the reported weights come from, why training stopped, the learning curve
         result.update(plateau=fit["plateau"], curve=fit["curve"])
@@ -150,9 +154,9 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     return result
 
 
-def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module, dm, model, tok,
-                   result: dict) -> dict:
-    """The run's evaluations (``profile.evals_for(run)``) of ``model`` (the saved one, also ``module.model``)."""
+def evaluate_saved(run: StudyRun, profile: StudyProfile, sets, mcd: dict, module, dm, model, tok, result: dict) -> dict:
+    """The run's evaluations (``profile.evals_for(run)``) of ``model`` (the saved one, also ``module.model``) on
+    ``sets`` (:class:`composer.evaluation.eval_sets.EvalSets`) and the study's MCD split ``mcd``."""
     from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
     from composer.evaluation.text_pairs import hard_negative_accuracy
     from composer.evaluation.sentence_retrieval import flat_report, generalisation_gap, sentence_retrieval
@@ -180,7 +184,6 @@ def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module,
             result["gap"] = generalisation_gap(result["test"], result["systematic"])
         timed("twins", lambda: add_twin_scores(module, dm, result))
     test = sets.test(run.prune, max_regions, run.parser) if "phrase" in evals else None
-    mcd = sets.data["mcd"]
     if "mcd" in evals:
         split = sets.split_file(mcd["path"], mcd["num_images"], run.prune, max_regions, run.parser)
         result["mcd"] = {**timed("mcd", lambda: sentence_retrieval(model, tok, split, device=device, max_pairs=mp)),
@@ -229,8 +232,7 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
     directory = run_dir(out, run, seed)
     (directory / ERROR).unlink(missing_ok=True)
     try:
-        result = train_and_evaluate(run, seed, profile, EvalSets.shared(profile, data), directory, options,
-                                    callbacks)
+        result = train_and_evaluate(run, seed, profile, data, directory, options, callbacks)
     except Exception:  # one broken run must not stop the study: record it and go on
         write_text_atomic(directory / ERROR, traceback.format_exc())
         logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / ERROR)
