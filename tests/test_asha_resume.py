@@ -145,7 +145,7 @@ def test_a_real_tune_search_killed_and_restored_keeps_its_rungs(tmp_path):
     import ray
     from ray import tune
 
-    from composer.study.search import tune_signal_handlers_restored
+    from composer.training.tune_search import tune_signal_handlers_restored
 
     search_dir = tmp_path / "search"
 
@@ -208,7 +208,7 @@ def test_tunes_sigint_handler_is_put_back_after_a_search():
     search, Ctrl-C during the study's runs was swallowed ("ending Ray Tune run") and the study went on."""
     import signal
 
-    from composer.study.search import tune_signal_handlers_restored
+    from composer.training.tune_search import tune_signal_handlers_restored
 
     def tunes_handler(sig, frame):  # what ray.tune.tune._setup_signal_catching leaves behind
         pass

@@ -159,7 +159,7 @@ def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
     """Tuner.fit() returns after a stop signal with the running trials stopped and TERMINATED, like ASHA's cuts:
     the study must not choose a configuration from half-trained trials and go on to the next model (seen twice
     on the converge study; the first check counted TERMINATED trials and let the second one through)."""
-    from composer.study.search import SearchInterrupted, check_search_complete
+    from composer.training.tune_search import SearchInterrupted, check_search_complete
 
     # a run that ended by itself (its result written; a restored Tuner reports done=False), a cut, an error
     done = [_Result("a", False), _Result("b", True), _Result("c", None, RuntimeError("out of memory"))]
@@ -184,7 +184,7 @@ def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from composer.study.search import SearchInterrupted, check_search_complete
+    from composer.training.tune_search import SearchInterrupted, check_search_complete
 
     def reporting_trial(config):  # defined here so that Ray ships it by value (workers cannot import tests/)
         import time

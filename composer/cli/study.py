@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     from composer.provenance import WorkerCodeMismatch
     from composer.study.config import get_profile, study_runs
     from composer.study.runner import run_study
-    from composer.study.search import SearchInterrupted
+    from composer.training.tune_search import SearchInterrupted
     from crg.outputs import write_text_atomic
     from crg.ray_engine import RayConnectError, check_address
 

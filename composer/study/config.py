@@ -26,21 +26,8 @@ from composer.training.schedule import Schedule
 MODELS = registry.names()  # the study's model names are the registry's
 STUDY_FILE = Path(__file__).with_name("study.toml")
 
-__all__ = [
-    "EVALS",
-    "StudyPlateau",
-    "MODELS",
-    "PROFILES",
-    "RUNS",
-    "STUDY_FILE",
-    "Schedule",
-    "StudyProfile",
-    "StudyRun",
-    "get_profile",
-    "il_overrides",
-    "schedule_for",
-    "study_runs",
-]
+__all__ = ["EVALS", "MODELS", "PROFILES", "RUNS", "STUDY_FILE", "Schedule", "StudyPlateau", "StudyProfile", "StudyRun",
+           "get_profile", "il_overrides", "schedule_for", "study_runs"]
 
 
 # the evaluations a run may ask for (study.toml's header says what each one is)

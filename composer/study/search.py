@@ -11,12 +11,9 @@ Tune search under ASHA (:func:`run_asha_search`), which stops the weakest config
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import signal
-import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -26,11 +23,11 @@ from composer.report.search import ASHA_FILE, read_asha_status, render_search_ta
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.execute import StudyOptions, execute_on_worker, ray_resources
 from composer.training.recipe_grid import GRID_SIZE, SearchPoint, search_grid
+from composer.training.tune_search import check_search_complete, tune_signal_handlers_restored
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "check_search_complete", "choose_recipes", "finish_search",
-           "read_chosen", "run_asha_search", "search_points", "search_tasks", "tune_signal_handlers_restored",
-           "undecided_points", "with_chosen_recipe"]
+__all__ = ["SEARCH_DIR", "SEARCH_SEED", "choose_recipes", "finish_search", "read_chosen", "run_asha_search",
+           "search_points", "search_tasks", "undecided_points", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,27 +128,6 @@ def with_chosen_recipe(run: StudyRun, chosen: dict | None) -> StudyRun:
 METRIC, TIME = "val_R@1", "positives"
 
 
-class SearchInterrupted(RuntimeError):
-    """A model's search ended with trials still pending or running (Tune's answer to a stop signal)."""
-
-
-def check_search_complete(model: str, grid, finished: set[str], path: Path) -> None:
-    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) finished its run
-    (its point is in ``finished``: the run wrote its result), was stopped by ASHA or errored. Why: on SIGINT
-    ``Tuner.fit()`` saves its state, stops the running trials and *returns*; their status then reads TERMINATED
-    like ASHA's cuts, and only the last result's ``done`` flag, which Tune sets when its scheduler stops a trial,
-    tells a cut from an interruption (a run that ended by itself is known by its result file: a restored Tuner
-    does not keep its ``done``). A study that went on would choose this model's configuration from half-trained
-    trials and start the next model's search. A trial that never reported has no config (Tune's
-    ``Result.config`` is None): a stop before its first validation leaves it unfinished too."""
-    unfinished = sum(1 for result in grid if (result.config or {}).get("point") not in finished
-                     and result.error is None and not (result.metrics or {}).get("done"))
-    if unfinished:
-        raise SearchInterrupted(f"the recipe search of {model} stopped with {unfinished} of {len(grid)} trials "
-                                f"unfinished (a stop signal?); its state is saved in {path}: rerun the same "
-                                f"command to resume it")
-
-
 def undecided_points(names: list[str], status: Mapping[str, dict]) -> list[str]:
     """The points a new search of a model trains: those ``asha.json`` has no outcome for, or an error. A
     finished or cut point keeps its outcome when the search's Tune state is gone (a new Tuner over every point
@@ -161,22 +137,6 @@ def undecided_points(names: list[str], status: Mapping[str, dict]) -> list[str]:
     ['b', 'c', 'd']
     """
     return [name for name in names if name not in status or status[name].get("error")]
-
-
-@contextlib.contextmanager
-def tune_signal_handlers_restored():
-    """Tune's fit installs its own SIGINT (and SIGUSR1) handler and puts the previous one back only when a
-    signal arrives: after a search, Ctrl-C during the study's runs printed Tune's "ending Ray Tune run" and
-    the study went on (one more Ctrl-C per model searched). The handlers are put back after the fit."""
-    names = [n for n in ("SIGINT", "SIGUSR1") if hasattr(signal, n)]
-    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
-    try:
-        yield
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for n, handler in before.items():
-                if handler is not None:  # None: a handler not installed from Python, which cannot be put back
-                    signal.signal(getattr(signal, n), handler)
 
 
 def _trial(config: dict, *, points: dict, profile: StudyProfile, data: dict, out: str, options: StudyOptions,
