@@ -1,4 +1,4 @@
-"""A killed ASHA search resumes with the rungs it had (composer.study.asha).
+"""A killed ASHA search resumes with the rungs it had (composer.study.asha.ResumableASHA).
 
 Tune restores a search's scheduler as it was created, with empty rungs; the converge study's IL-CLIP search
 lost two configurations that way: after the restart each one's first report (64K positives, the chance-level
@@ -20,8 +20,10 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.schedulers.async_hyperband import _Bracket
 
 from composer.report.results import run_folder
-from composer.study.asha import ResumableASHA, curve_reports, rung_records
+from composer.report.search import curve_reports
+from composer.study.asha import ResumableASHA
 from composer.training.curve import CurvePoint, LearningCurve
+from composer.training.tune_search import rung_records
 
 GRACE, RF, MAX_T = 16, 3, 161   # milestones 16, 48, 144, as the converge profile's (in thousands of positives)
 

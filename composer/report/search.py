@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from composer.report.results import RESULT, run_folder
+from composer.training.curve import read_curve
 
-__all__ = ["ASHA_FILE", "read_asha_status", "render_search_table", "search_value"]
+__all__ = ["ASHA_FILE", "CURVE_METRIC", "curve_reports", "read_asha_status", "render_search_table", "search_value"]
 
 ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (run_asha_search)
 
@@ -31,12 +32,27 @@ def search_value(search_dir: Path, point: str, seed: int = 0) -> tuple[float | N
         val = json.loads((directory / RESULT).read_text())["val"]
         return val["R@1"], val.get("chance_R@1")
     if read_asha_status(search_dir).get(point, {}).get("stopped_at_positives") is not None:
-        from composer.training.curve import read_curve
-
         best = read_curve(directory)[0].best() if (directory / "curve.json").exists() else None
         if best is not None:
             return best.metrics["R@1"], best.metrics.get("chance_R@1")
     return None, None
+
+
+CURVE_METRIC = "R@1"  # the curve's name of what ValidationReporter reports as val_R@1
+
+
+def curve_reports(search_dir: Path, points: list[str], seed: int = 0) -> dict[str, list[tuple[int, float]]]:
+    """Each point's reports to ASHA so far, ``[(positives, val R@1)]``, from its run's learning curve (the
+    validations :class:`composer.training.plateau.ValidationReporter` reports); points without a curve
+    have none."""
+    reports = {}
+    for point in points:
+        directory = run_folder(search_dir, point, seed)
+        if (directory / "curve.json").is_file():
+            curve, _ = read_curve(directory)
+            reports[point] = [(p.positives, p.metrics[CURVE_METRIC]) for p in curve.points
+                              if p.metrics.get(CURVE_METRIC) is not None]
+    return reports
 
 
 def render_search_table(val_r1: Mapping[str, float | None], points: Sequence, chosen: Mapping[str, dict],

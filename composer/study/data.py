@@ -58,9 +58,9 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     if path.exists():
         return _study_paths(json.loads(path.read_text()), lambda p: str(out / p))
     started = time.perf_counter()
+    from composer.evaluation.eval_sets import select_eval_images
     from composer.evaluation.hard_negatives import world_hard_negative_set
     from composer.evaluation.mcd_windows import make_mcd_windows
-    from composer.training.data import CompositionDataModule, DataConfig
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset
 
@@ -71,12 +71,10 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
                            parser=STUDY_PARSER)
 
     test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), parser_name=STUDY_PARSER, progress=False)
-    dm = CompositionDataModule(DataConfig(data="world", **profile.world_data()))
-    dm.graphs["test"] = test_graph
-    chosen = dm.eval_set("test", profile.hn_images)
+    chosen = select_eval_images(test_graph, profile.hn_images)  # the images evaluation scores, as in training
     captions = [(test_graph.image_ids[test_graph.caption_image[c]], test_graph.caption_texts[c])
                 for c in chosen.captions]
-    pool = dm.eval_set("test", 10 ** 9).image_ids  # distractors: held-out test images only
+    pool = select_eval_images(test_graph, 10 ** 9).image_ids  # distractors: held-out test images only
     hn_set, hn_summary = world_hard_negative_set(spec.world_dir, captions, distractor_pool=pool,
                                                  per_type=profile.hn_per_type,
                                                  distractor_images=profile.hn_distractors, seed=0)

@@ -1,6 +1,7 @@
 """What a hyperparameter search over training runs on Ray Tune needs beyond Tune itself: telling a search a stop
-signal interrupted from one whose scheduler decided every trial, and the signal handlers Tune's ``fit`` leaves
-behind put back. The study's recipe search (:func:`composer.study.search.run_asha_search`) uses them; each trial
+signal interrupted from one whose scheduler decided every trial, the signal handlers Tune's ``fit`` leaves
+behind put back, and what asynchronous ASHA's rungs hold after given reports (to rebuild them on a restore:
+:class:`composer.study.asha.ResumableASHA`). The study's recipe search (:func:`composer.study.search.run_asha_search`) uses them; each trial
 reports through :class:`composer.training.plateau.ValidationReporter`. Imports Ray only when called.
 """
 
@@ -9,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["SearchInterrupted", "check_search_complete", "tune_signal_handlers_restored"]
+__all__ = ["SearchInterrupted", "check_search_complete", "rung_records", "tune_signal_handlers_restored"]
 
 
 class SearchInterrupted(RuntimeError):
@@ -50,3 +52,22 @@ def tune_signal_handlers_restored():
             for n, handler in before.items():
                 if handler is not None:  # None: a handler not installed from Python, which cannot be put back
                     signal.signal(getattr(signal, n), handler)
+
+
+def rung_records(reports: Mapping[str, list[tuple[int, float]]], milestones: list[int]) -> dict[int, dict[str, float]]:
+    """What asynchronous ASHA holds at each rung after these reports: ``{milestone: {trial: value}}``, each
+    trial's reports being ``(positives, val R@1)`` in order. The rule is Ray Tune's (``_Bracket.on_result``):
+    a report records its trial at the highest milestone it has reached and is not yet recorded at, with the
+    value it reports there. Records do not depend on the order of the trials; ASHA's decisions do.
+
+    >>> rung_records({"a": [(8, 1.0), (16, 2.0), (24, 3.0), (48, 4.0)], "b": [(8, 5.0), (56, 6.0)]}, [16, 48])
+    {16: {'a': 2.0}, 48: {'a': 4.0, 'b': 6.0}}
+    """
+    records: dict[int, dict[str, float]] = {m: {} for m in milestones}
+    for trial, trial_reports in reports.items():
+        for positives, value in trial_reports:
+            for milestone in sorted(milestones, reverse=True):
+                if positives >= milestone and trial not in records[milestone]:
+                    records[milestone][trial] = value
+                    break
+    return records
