@@ -350,8 +350,7 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
 # ---------------------------------------------------------------------------- the recipe search
 def test_every_model_gets_the_same_search_budget_and_the_choice_is_the_best_val_point():
     from composer.study.config import MODELS
-    from composer.study.search import choose_recipes
-    from composer.training.recipe_grid import GRID_SIZE, SearchPoint, named_lr, search_grid
+    from composer.training.recipe_grid import GRID_SIZE, SearchPoint, choose_recipes, named_lr, search_grid
 
     for model in MODELS:
         grid = search_grid(model)
@@ -521,8 +520,8 @@ def test_a_study_grown_by_a_new_model_searches_it_alone_and_keeps_the_other_choi
     """``--runs negclip,...`` in a finished study: the new model's search adds its choice; the choices of the
     models already trained stay, and only a changed choice of a model with finished runs is refused."""
     from composer.study.config import get_profile
-    from composer.study.search import SEARCH_DIR, choose_recipes, finish_search
-    from composer.training.recipe_grid import search_grid
+    from composer.study.search import SEARCH_DIR, finish_search
+    from composer.training.recipe_grid import choose_recipes, search_grid
 
     profile = get_profile("smoke")
     out = tmp_path / "study"

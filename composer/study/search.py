@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -22,32 +21,14 @@ from composer.report.results import RESULT, run_folder
 from composer.report.search import ASHA_FILE, read_asha_status, render_search_table, search_value
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.execute import StudyOptions, execute_on_worker, ray_resources
-from composer.training.recipe_grid import GRID_SIZE, SearchPoint, search_grid
+from composer.training.recipe_grid import GRID_SIZE, SearchPoint, choose_recipes, search_grid
 from composer.training.tune_search import check_search_complete, tune_signal_handlers_restored
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["SEARCH_DIR", "SEARCH_SEED", "choose_recipes", "finish_search", "read_chosen", "run_asha_search",
-           "search_points", "search_tasks", "undecided_points", "with_chosen_recipe"]
+__all__ = ["SEARCH_DIR", "SEARCH_SEED", "finish_search", "read_chosen", "run_asha_search", "search_points",
+           "search_tasks", "undecided_points", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
-
-
-def choose_recipes(val_r1: Mapping[str, float | None], points: list[SearchPoint]) -> dict[str, dict]:
-    """Per model, the point with the highest validation R@1 (the first in grid order on a tie; a point that
-    failed or has no result is never chosen), as ``{model: {"lr", "init", "val_R@1", "run"}}``.
-
-    >>> pts = [SearchPoint("vse", 1e-3, 0.02), SearchPoint("vse", 3e-3, 0.02), SearchPoint("clip", 5e-4)]
-    >>> choose_recipes({pts[0].name: 10.0, pts[1].name: 12.0, pts[2].name: None}, pts)
-    {'vse': {'lr': 0.003, 'init': 0.02, 'val_R@1': 12.0, 'run': 'vse_lr3.0e-03_init0.02'}}
-    """
-    best: dict[str, tuple[float, SearchPoint]] = {}
-    for p in points:
-        r1 = val_r1.get(p.name)
-        if r1 is None or not math.isfinite(r1):
-            continue
-        if p.model not in best or r1 > best[p.model][0]:
-            best[p.model] = (r1, p)
-    return {m: {"lr": p.lr, "init": p.init, "val_R@1": r1, "run": p.name} for m, (r1, p) in best.items()}
 
 
 # ---------------------------------------------------------------------------- the search as study runs

@@ -2,7 +2,8 @@
 that no model is compared on a recipe tuned for another (the flat model sat at chance on COMPOSER's schedule,
 issue 17). The BERT-style models: three learning rates around the named one x two init stds (where a randomly
 initialised weight reads it: :func:`init_is_searched`); the others six learning rates. The study's recipe search
-(:mod:`composer.study.search`) trains them; docs/evaluation.md ("The recipe search") gives the grid.
+(:mod:`composer.study.search`) trains them and keeps the best by validation (:func:`choose_recipes`);
+docs/evaluation.md ("The recipe search") gives the grid.
 
 >>> [p.name for p in search_grid("composer")][:2]
 ['composer_lr1.7e-04_init0.02', 'composer_lr1.7e-04_init0.1']
@@ -12,13 +13,15 @@ True
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from composer.models import registry
 
-__all__ = ["CLIP_LR_FACTORS", "GRID_SIZE", "INIT_STDS", "LR_FACTORS", "SearchPoint", "init_is_searched", "named_lr",
-           "search_grid"]
+__all__ = ["CLIP_LR_FACTORS", "GRID_SIZE", "INIT_STDS", "LR_FACTORS", "SearchPoint", "choose_recipes", "init_is_searched",
+           "named_lr", "search_grid"]
 
 GRID_SIZE = 6
 LR_FACTORS = (1 / 3, 1.0, 3.0)                       # x the named recipe's, for the BERT-style models
@@ -87,3 +90,21 @@ def search_grid(model: str, preset: str | None = None) -> list[SearchPoint]:
 def _round(x: float) -> float:
     """Two significant digits, so names and configs read cleanly (1.7e-04, not 1.6666e-04)."""
     return float(f"{x:.1e}")
+
+
+def choose_recipes(val_r1: Mapping[str, float | None], points: list[SearchPoint]) -> dict[str, dict]:
+    """Per model, the point with the highest validation R@1 (the first in grid order on a tie; a point that
+    failed or has no result is never chosen), as ``{model: {"lr", "init", "val_R@1", "run"}}``.
+
+    >>> pts = [SearchPoint("vse", 1e-3, 0.02), SearchPoint("vse", 3e-3, 0.02), SearchPoint("clip", 5e-4)]
+    >>> choose_recipes({pts[0].name: 10.0, pts[1].name: 12.0, pts[2].name: None}, pts)
+    {'vse': {'lr': 0.003, 'init': 0.02, 'val_R@1': 12.0, 'run': 'vse_lr3.0e-03_init0.02'}}
+    """
+    best: dict[str, tuple[float, SearchPoint]] = {}
+    for p in points:
+        r1 = val_r1.get(p.name)
+        if r1 is None or not math.isfinite(r1):
+            continue
+        if p.model not in best or r1 > best[p.model][0]:
+            best[p.model] = (r1, p)
+    return {m: {"lr": p.lr, "init": p.init, "val_R@1": r1, "run": p.name} for m, (r1, p) in best.items()}
