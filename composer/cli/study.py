@@ -7,7 +7,7 @@ evaluate them all with the same code, and write the papers' tables and figures.
 
 (``python experiments/run_study.py ...`` runs the same program.) Profiles and runs are data
 (composer/study/config.py): each run is the world's named training recipe plus the ablation's typed
-overrides, trained for the profile's number of steps; evaluation (composer/study/execute.py) scores
+overrides, trained for the profile's number of steps; evaluation (composer/evaluation/suite.py) scores
 every model through its ``score_pairs``: in-domain test R@K, the MCD split, the compound-divergence
 windows, phrase retrieval, and world hard negatives (I2T / T2I / group accuracy, recursive average).
 

@@ -89,11 +89,6 @@ def study_schedule(run: StudyRun, profile: StudyProfile):
     return fit_schedule
 
 
-def _cycle(loader):
-    while True:
-        yield from loader
-
-
 # ---------------------------------------------------------------------------- one run
 def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path,
                        options: StudyOptions, callbacks=()) -> dict:
@@ -103,6 +98,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: di
     run, other settings, a checkpoint cut short). ``data``: the study's (:func:`composer.study.data.prepare_data`);
     ``callbacks`` go to the trainer (the search's reporter)."""
     from composer.evaluation.eval_sets import EvalSets
+    from composer.evaluation.suite import evaluate_suite
     from composer.training.fit import TrainerOptions, train
 
     trained = {}
@@ -145,70 +141,15 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: di
     started = time.perf_counter()
     sets = EvalSets.shared(profile.world_data(), profile.eval_images, data["world"]["features"],
                            data["hard_negatives"]["path"], PRUNE_SEED)
-    result.update(evaluate_saved(run, profile, sets, data["mcd"], module, dm, model, tok, result))
+    result.update(evaluate_suite(module, dm, tok, sets, data["mcd"], profile.evals_for(run),
+                                 eval_images=profile.eval_images, max_pairs=profile.max_pairs,
+                                 phrases_per_caption=profile.phrases_per_caption, probe_steps=profile.probe_steps,
+                                 probe_lr=profile.probe_lr, prune=run.prune, parser=run.parser))
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
     if "plateau" in fit:  # where the reported weights come from, why training stopped, the learning curve
         result.update(plateau=fit["plateau"], curve=fit["curve"])
     result["train_curve"] = read_train_curve(out)
     result["train_curve"]["seed"] = seed
-    return result
-
-
-def evaluate_saved(run: StudyRun, profile: StudyProfile, sets, mcd: dict, module, dm, model, tok, result: dict) -> dict:
-    """The run's evaluations (``profile.evals_for(run)``) of ``model`` (the saved one, also ``module.model``) on
-    ``sets`` (:class:`composer.evaluation.eval_sets.EvalSets`) and the study's MCD split ``mcd``."""
-    from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
-    from composer.evaluation.text_pairs import hard_negative_accuracy
-    from composer.evaluation.sentence_retrieval import flat_report, generalisation_gap, sentence_retrieval
-    from composer.training.fit import add_twin_scores
-
-    device = next(model.parameters()).device
-    max_regions, mp = dm.cfg.max_regions, profile.max_pairs
-    evals = profile.evals_for(run)
-    result = {**result, "eval_seconds_by": {}}
-
-    def timed(name, fn):
-        t = time.perf_counter()
-        value = fn()
-        result["eval_seconds_by"][name] = round(time.perf_counter() - t, 1)
-        return value
-
-    if "val" in evals:  # the recipe search's criterion
-        result["val"] = timed("val", lambda: flat_report(module.evaluate_retrieval(
-            dm.retrieval_set("val", dm.cfg.val_images or profile.eval_images))))  # the plateau's monitor set
-    if "test" in evals:  # in-domain test and, on the compositional world, the systematic (productivity) set
-        for role in ("test", *(r for r in dm.eval_roles() if r != "productivity" or "productivity" in evals)):
-            result[role] = timed(role, lambda: flat_report(module.evaluate_retrieval(
-                dm.retrieval_set(role, profile.eval_images))))
-        if "systematic" in result:  # the generalisation gap, per seed (the tables average it)
-            result["gap"] = generalisation_gap(result["test"], result["systematic"])
-        timed("twins", lambda: add_twin_scores(module, dm, result))
-    test = sets.test(run.prune, max_regions, run.parser) if "phrase" in evals else None
-    if "mcd" in evals:
-        split = sets.split_file(mcd["path"], mcd["num_images"], run.prune, max_regions, run.parser)
-        result["mcd"] = {**timed("mcd", lambda: sentence_retrieval(model, tok, split, device=device, max_pairs=mp)),
-                         "compound_divergence": mcd["compound_divergence"]}
-    if "windows" in evals:
-        result["windows"] = timed("windows", lambda: [
-            {**{k: w[k] for k in ("target", "compound_divergence", "atom_divergence", "window_start")},
-             **sentence_retrieval(model, tok, sets.split_file(w["path"], w["num_images"], run.prune, max_regions,
-                                                              run.parser), device=device, max_pairs=mp)}
-            for w in mcd["windows"]])
-    if "phrase" in evals:
-        result["phrase"] = timed("phrase", lambda: evaluate_phrase_retrieval(
-            model, test.regions.to(device), test.geometry.to(device), test.region_mask.to(device), tok, test.graph,
-            test.image_ids, truth=test.truth, captions=test.captions, per_caption=profile.phrases_per_caption,
-            seed=0, max_pairs=mp))
-    if "hard_negatives" in evals:
-        programs = sets.hn_programs(run.prune, run.parser)
-        result["hard_negatives"] = timed("hard_negatives", lambda: hard_negative_accuracy(
-            model, tok, sets.hn_set, programs, dm.store, max_regions=max_regions, device=device, max_pairs=mp))
-    if hasattr(module, "easy_to_learn_probe") and profile.probe_steps > 0:  # the CLIP family's (§4.4)
-        def probe():
-            curve = module.easy_to_learn_probe(_cycle(dm.train_dataloader()), steps=profile.probe_steps,
-                                               lr=profile.probe_lr, seed=0)
-            return {"accuracy": curve.accuracy, "text_to_image": curve.text_to_image, "loss": curve.loss}
-        result["probe"] = timed("probe", probe)
     return result
 
 
