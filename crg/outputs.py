@@ -57,9 +57,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MANIFEST", "MODES", "WALL_FILE", "InvocationClock", "OutputDirError", "lock_output_dir", "prepare_output_dir",
-           "read_manifest", "release_output_dir", "settings_diff", "write_bytes_atomic", "write_json_atomic",
-           "write_text_atomic"]
+__all__ = ["MANIFEST", "MODES", "WALL_FILE", "InvocationClock", "OutputDirError", "lock_output_dir",
+           "prepare_output_dir", "read_manifest", "release_output_dir", "settings_diff", "write_bytes_atomic",
+           "write_json_atomic", "write_text_atomic"]
 
 MANIFEST = "run.json"
 MODES = ("new", "resume", "overwrite")

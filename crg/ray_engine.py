@@ -44,7 +44,7 @@ from crg.shards import (
 )
 
 __all__ = ["RayConfig", "ParserSpec", "EngineReport", "RayBuild", "RayConnectError", "build_crg_ray",
-           "check_address", "join_ray", "start_local_ray"]
+           "check_address", "join_ray", "start_local_ray", "task_resources"]
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +242,16 @@ def join_ray(address: str | None, env_vars: dict[str, str]) -> None:
         from crg.fate import watch
 
         watch()
+
+
+def task_resources(jobs: int) -> tuple[int, int]:
+    """The CPUs and GPUs of one of ``jobs`` tasks at a time on the running Ray: its CPUs shared among them, none
+    larger than the smallest machine, a GPU each where there is one."""
+    import ray
+
+    node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
+    cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // jobs))
+    return cpus, 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
 
 def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, config: RayConfig | None = None,
                   cache_path: str | Path | None = None, dump_path: str | Path | None = None, progress: bool = True,

@@ -15,7 +15,6 @@ import os
 import time
 from pathlib import Path
 
-
 from composer.models.common.config import plain_config
 from composer.study.config import StudyProfile
 from crg.outputs import settings_diff, write_json_atomic

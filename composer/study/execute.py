@@ -103,6 +103,8 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: di
 
     trained = {}
     recipe, schedule = run_recipe(run, seed, profile), study_schedule(run, profile)
+    sets = EvalSets.shared(profile.world_data(), profile.eval_images, data["world"]["features"],  # read before training
+                           data["hard_negatives"]["path"], PRUNE_SEED)
 
     def fit_in(mode: str) -> dict:
         trainer_options = TrainerOptions(
@@ -139,8 +141,6 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: di
               "config": configs, "prune": run.prune, "parser": run.parser, "model_dir": fit["model_dir"],
               "pid": os.getpid()}
     started = time.perf_counter()
-    sets = EvalSets.shared(profile.world_data(), profile.eval_images, data["world"]["features"],
-                           data["hard_negatives"]["path"], PRUNE_SEED)
     result.update(evaluate_suite(module, dm, tok, sets, data["mcd"], profile.evals_for(run),
                                  eval_images=profile.eval_images, max_pairs=profile.max_pairs,
                                  phrases_per_caption=profile.phrases_per_caption, probe_steps=profile.probe_steps,
@@ -197,17 +197,14 @@ def ray_resources(options: StudyOptions) -> tuple[int, int]:
     import ray
 
     from composer.provenance import check_worker_code
-    from crg.ray_engine import join_ray
+    from crg.ray_engine import join_ray, task_resources
 
     if not ray.is_initialized():
         env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
         env["RAY_CHDIR_TO_TRIAL_DIR"] = "0"  # Tune's trials keep the study's working directory (relative paths)
         join_ray(options.address, env)
         check_worker_code()
-    node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
-    cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    return cpus, gpus
+    return task_resources(options.jobs)
 
 
 def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,

@@ -20,8 +20,8 @@ from typing import Any
 
 from composer.models import registry
 
-__all__ = ["CLIP_LR_FACTORS", "GRID_SIZE", "INIT_STDS", "LR_FACTORS", "SearchPoint", "choose_recipes", "init_is_searched",
-           "named_lr", "search_grid"]
+__all__ = ["CLIP_LR_FACTORS", "GRID_SIZE", "INIT_STDS", "LR_FACTORS", "SearchPoint", "choose_recipes",
+           "init_is_searched", "named_lr", "search_grid"]
 
 GRID_SIZE = 6
 LR_FACTORS = (1 / 3, 1.0, 3.0)                       # x the named recipe's, for the BERT-style models

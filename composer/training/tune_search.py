@@ -1,8 +1,9 @@
 """What a hyperparameter search over training runs on Ray Tune needs beyond Tune itself: telling a search a stop
 signal interrupted from one whose scheduler decided every trial, the signal handlers Tune's ``fit`` leaves
 behind put back, and what asynchronous ASHA's rungs hold after given reports (to rebuild them on a restore:
-:class:`composer.study.asha.ResumableASHA`). The study's recipe search (:func:`composer.study.search.run_asha_search`) uses them; each trial
-reports through :class:`composer.training.plateau.ValidationReporter`. Imports Ray only when called.
+:class:`composer.study.asha.ResumableASHA`). The study's recipe search
+(:func:`composer.study.search.run_asha_search`) uses them; each trial reports through
+:class:`composer.training.plateau.ValidationReporter`. Imports no Ray.
 """
 
 from __future__ import annotations
