@@ -66,7 +66,8 @@ def world_env(tmp_path_factory):
 
 def test_every_run_trains_to_its_plateau_and_a_killed_run_resumes_its_curve(world_env):
     from composer.study.data import prepare_data
-    from composer.study.execute import RESULT, StudyOptions, execute, run_dir
+    from composer.report.results import run_folder
+    from composer.study.execute import RESULT, StudyOptions, execute
     from composer.study.runner import run_study
 
     profile = plateau_smoke()
@@ -97,7 +98,7 @@ def test_every_run_trains_to_its_plateau_and_a_killed_run_resumes_its_curve(worl
     killed = world_env / "killed"
     options = StudyOptions(accelerator="cpu")
     assert "failed" in execute(vse, 0, profile, data, killed, options, callbacks=[KillAt(5)])
-    folder = run_dir(killed, vse, 0)
+    folder = run_folder(killed, vse.name, 0)
     assert (folder / "checkpoints" / "last.ckpt").exists() and not (folder / RESULT).exists()
     execute(vse, 0, profile, data, killed, options)
     resumed = json.loads((folder / RESULT).read_text())

@@ -12,7 +12,8 @@ from pathlib import Path
 from composer.report.results import RESULT, run_folder
 from composer.training.curve import read_curve
 
-__all__ = ["ASHA_FILE", "CURVE_METRIC", "curve_reports", "read_asha_status", "render_search_table", "search_value"]
+__all__ = ["ASHA_FILE", "CURVE_METRIC", "curve_reports", "read_asha_status", "render_search_table", "search_value",
+           "undecided_points"]
 
 ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (run_asha_search)
 
@@ -21,6 +22,17 @@ def read_asha_status(search_dir: Path) -> dict:
     """``{point: {"model", "finished", "stopped_at_positives", "error"}}`` of an ASHA search ({} without one)."""
     path = Path(search_dir) / ASHA_FILE
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def undecided_points(names: list[str], status: Mapping[str, dict]) -> list[str]:
+    """The points a new search of a model trains: those ``asha.json`` has no outcome for, or an error. A
+    finished or cut point keeps its outcome when the search's Tune state is gone (a new Tuner over every point
+    would train the cut ones on from their checkpoints, past the rung that cut them).
+
+    >>> undecided_points(["a", "b", "c", "d"], {"a": {"error": None}, "b": {"error": "OOM"}})
+    ['b', 'c', 'd']
+    """
+    return [name for name in names if name not in status or status[name].get("error")]
 
 
 def search_value(search_dir: Path, point: str, seed: int = 0) -> tuple[float | None, float | None]:

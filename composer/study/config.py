@@ -34,7 +34,6 @@ __all__ = ["EVALS", "MODELS", "PROFILES", "RUNS", "STUDY_FILE", "Schedule", "Stu
 EVALS = ("test", "productivity", "mcd", "windows", "phrase", "hard_negatives", "val")
 _ALL = EVALS[:-1]
 STUDY_PARSERS = ("world", "spacy")  # the world's gold trees (default); the parser real captions get
-_RETRIEVAL = ("test", "mcd")
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class StudyRun:
     il_cycle_scale: float = 1.0
     prune: float = 0.0
     parser: str = "world"
-    evals: tuple[str, ...] = _RETRIEVAL
+    evals: tuple[str, ...] = ("test", "mcd")
 
     def __post_init__(self):
         if self.model not in MODELS:

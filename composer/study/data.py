@@ -27,19 +27,14 @@ PRUNE_SEED = 0  # Table 7's degraded parses are data: the same for every model s
 logger = logging.getLogger(__name__)
 
 
-def _profile_fingerprint(profile: StudyProfile) -> dict:
-    d = plain_config(profile)
-    for key in ("seeds", "runs", "jobs"):  # what may change between invocations of one study
-        d.pop(key)
-    return d
-
-
 def check_study_dir(out: Path, profile: StudyProfile, data: str) -> None:
     """Refuse to mix profiles in one directory (seeds and runs may grow). A profile setting added to the
     library later with None as "as before" (absent in the folder's ``study.json``) is no difference, as for a
     run's settings (:func:`crg.outputs.settings_diff`): a long study survives such an update."""
     path = out / "study.json"
-    want = {"data": data, "profile": _profile_fingerprint(profile)}
+    # seeds, runs and jobs may change between invocations of one study
+    settings = {k: v for k, v in plain_config(profile).items() if k not in ("seeds", "runs", "jobs")}
+    want = {"data": data, "profile": settings}
     if path.exists():
         have = json.loads(path.read_text())
         differ = settings_diff(have, json.loads(json.dumps(want)))  # (tuples as the file holds them: lists)

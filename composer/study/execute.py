@@ -2,10 +2,10 @@
 
 A run (a :class:`composer.study.config.StudyRun` and a seed) is trained by the same
 :func:`composer.training.fit.train` a user calls, into its run folder ``OUT/runs/RUN/seedS/`` (checkpoints,
-``model/``, ``results.json``), with the profile's fixed step budget; then the study's evaluations (test sets,
-MCD split, windows, phrases, hard negatives, the CLIP family's probe) score the **saved** model
-(``model/``, loaded by :func:`composer.models.registry.load_pretrained` as ``gc-evaluate`` loads it) and
-are written to ``study_result.json``, the run's mark of being finished.
+``model/``, ``results.json``), with the profile's budget; then the study's evaluations
+(:func:`composer.evaluation.suite.evaluate_suite`: test sets, MCD split, windows, phrases, hard negatives, the
+CLIP family's probe) score the **saved** model (``model/``, loaded by :func:`composer.models.registry.load_pretrained`
+as ``gc-evaluate`` loads it) and are written to ``study_result.json``, the run's mark of being finished.
 
 :func:`run_tasks` runs the unfinished ones: in this process for one job, else as Ray tasks (a local Ray
 of this machine's cores, or the cluster at ``address``; one GPU per run where there is one).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 import traceback
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from composer.training.curve import read_train_curve
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["RESULT", "StudyOptions", "ray_resources", "run_dir", "run_recipe", "run_tasks", "study_schedule",
+__all__ = ["RESULT", "StudyOptions", "ray_resources", "run_recipe", "run_tasks", "study_schedule",
            "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
@@ -47,10 +48,6 @@ class StudyOptions:
     keep_weights: bool = False
     jobs: int = 1
     address: str | None = None
-
-
-def run_dir(out: Path, run: StudyRun, seed: int) -> Path:
-    return run_folder(out, run.name, seed)
 
 
 # ---------------------------------------------------------------------------- the run's recipe
@@ -131,17 +128,16 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: di
     device = next(module.model.parameters()).device
     saved.model.to(device).train(module.model.training)
     module.model = saved.model
-    model, tok = saved.model, saved.tokenizer
     configs = {"model": plain_config(prepared.model_config), "optim": plain_config(recipe.optim),
                "data": plain_config(recipe.data), "il": None if recipe.il is None else plain_config(recipe.il),
                "overrides": run.overrides, "steps_per_epoch": dm.steps_per_epoch()}
     result = {"run": run.name, "model": run.model, "label": run.label, "seed": seed, "steps": fit["global_step"],
               "train_seconds": fit["train_seconds"], "git": git_sha(), "hardware": hardware_description(),
-              "device": str(device), "num_parameters": int(sum(p.numel() for p in model.parameters())),
+              "device": str(device), "num_parameters": int(sum(p.numel() for p in saved.model.parameters())),
               "config": configs, "prune": run.prune, "parser": run.parser, "model_dir": fit["model_dir"],
               "pid": os.getpid()}
     started = time.perf_counter()
-    result.update(evaluate_suite(module, dm, tok, sets, data["mcd"], profile.evals_for(run),
+    result.update(evaluate_suite(module, dm, saved.tokenizer, sets, data["mcd"], profile.evals_for(run),
                                  eval_images=profile.eval_images, max_pairs=profile.max_pairs,
                                  phrases_per_caption=profile.phrases_per_caption, probe_steps=profile.probe_steps,
                                  probe_lr=profile.probe_lr, prune=run.prune, parser=run.parser))
@@ -170,7 +166,7 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
 
     if threads:
         torch.set_num_threads(threads)
-    directory = run_dir(out, run, seed)
+    directory = run_folder(out, run.name, seed)
     (directory / ERROR).unlink(missing_ok=True)
     try:
         result = train_and_evaluate(run, seed, profile, data, directory, options, callbacks)
@@ -178,8 +174,6 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
         write_text_atomic(directory / ERROR, traceback.format_exc())
         logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / ERROR)
         return f"{run.name} seed {seed}: failed (error.txt)"
-    import shutil
-
     shutil.rmtree(directory / "checkpoints", ignore_errors=True)  # optimiser state: the result is final
     if not options.keep_weights:
         shutil.rmtree(directory / result["model_dir"], ignore_errors=True)
@@ -192,8 +186,7 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
 # ---------------------------------------------------------------------------- the map over runs
 def ray_resources(options: StudyOptions) -> tuple[int, int]:
     """Start Ray here (or join ``options.address``) unless it runs, and check that its workers import this
-    code; returns the CPUs and GPUs of one run: ``jobs`` runs at a time over all of Ray's CPUs, none larger
-    than the smallest machine, a GPU per run where there is one."""
+    code; returns the CPUs and GPUs of one of ``jobs`` runs at a time (:func:`crg.ray_engine.task_resources`)."""
     import ray
 
     from composer.provenance import check_worker_code
@@ -217,7 +210,7 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
     """
     todo = []
     for k, (run, seed) in enumerate(tasks, 1):
-        if (run_dir(out, run, seed) / RESULT).exists():
+        if (run_folder(out, run.name, seed) / RESULT).exists():
             logger.info("[%d/%d] %s seed %d: done before, skipped", k, len(tasks), run.name, seed)
         else:
             todo.append((run, seed))
@@ -241,4 +234,4 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
             logger.info("%s", ray.get(done[0]))
         except Exception as err:  # the worker died (killed, out of memory): no result; a rerun tries again
             logger.error("%s seed %d: the Ray task failed: %s", run.name, seed, err)
-            write_text_atomic(run_dir(out, run, seed) / ERROR, f"Ray task failed\n{err}\n")
+            write_text_atomic(run_folder(out, run.name, seed) / ERROR, f"Ray task failed\n{err}\n")

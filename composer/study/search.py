@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from composer.report.results import RESULT, run_folder
-from composer.report.search import ASHA_FILE, read_asha_status, render_search_table, search_value
+from composer.report.search import ASHA_FILE, read_asha_status, render_search_table, search_value, undecided_points
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.execute import StudyOptions, execute_on_worker, ray_resources
 from composer.training.recipe_grid import GRID_SIZE, SearchPoint, choose_recipes, search_grid
@@ -26,7 +25,7 @@ from composer.training.tune_search import check_search_complete, tune_signal_han
 from crg.outputs import write_json_atomic, write_text_atomic
 
 __all__ = ["SEARCH_DIR", "SEARCH_SEED", "finish_search", "read_chosen", "run_asha_search", "search_points",
-           "search_tasks", "undecided_points", "with_chosen_recipe"]
+           "search_tasks", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,17 +106,6 @@ def with_chosen_recipe(run: StudyRun, chosen: dict | None) -> StudyRun:
 
 # ---------------------------------------------------------------------------- the search under ASHA (Ray Tune)
 METRIC, TIME = "val_R@1", "positives"
-
-
-def undecided_points(names: list[str], status: Mapping[str, dict]) -> list[str]:
-    """The points a new search of a model trains: those ``asha.json`` has no outcome for, or an error. A
-    finished or cut point keeps its outcome when the search's Tune state is gone (a new Tuner over every point
-    would train the cut ones on from their checkpoints, past the rung that cut them).
-
-    >>> undecided_points(["a", "b", "c", "d"], {"a": {"error": None}, "b": {"error": "OOM"}})
-    ['b', 'c', 'd']
-    """
-    return [name for name in names if name not in status or status[name].get("error")]
 
 
 def _trial(config: dict, *, points: dict, profile: StudyProfile, data: dict, out: str, options: StudyOptions,
