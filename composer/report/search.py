@@ -71,7 +71,7 @@ def render_search_table(val_r1: Mapping[str, float | None], points: Sequence, ch
                         chance: float | None = None, stopped: Mapping[str, int | None] | None = None, *,
                         columns: int) -> str:
     """The search as Markdown: one line per model, ``columns`` columns of configurations (``points``: each with a
-    ``name``, ``model`` and ``setting``, as :class:`composer.study.search.SearchPoint`), the chosen one in bold
+    ``name``, ``model`` and ``setting``, as :class:`composer.training.recipe_grid.SearchPoint`), the chosen one in bold
     (a configuration ASHA stopped: its best val R@1 and where it was stopped)."""
     stopped = stopped or {}
     lines = ["### Recipe search: validation sentence R@1 of each configuration (seed 0)", ""]
