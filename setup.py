@@ -20,7 +20,7 @@ setup(
     python_requires=">=3.11",  # typing.Self (composer/pretrained.py)
     # every sub-package (composer.models.composer, features.world, ...); experiments/, tests/ and benchmarks/ stay out
     packages=find_packages(include=["crg", "crg.*", "composer", "composer.*", "features", "features.*"]),
-    package_data={"crg": ["data/*.jsonl"]},
+    package_data={"crg": ["data/*.jsonl"], "composer.study": ["study.toml"]},  # the study's runs and profiles
     entry_points={"console_scripts": [
         "gc-train-composer = composer.cli.train_composer:main",
         "gc-train-baseline = composer.cli.train_baseline:main",

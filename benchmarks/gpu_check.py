@@ -355,7 +355,7 @@ def _time_budget_callback(seconds: float):
 
 
 def converge_at(cfg: CheckConfig):
-    """The ``converge`` study profile (composer/study/config.py) at a GPU-sized batch: the same budget of
+    """The ``converge`` study profile (composer/study/study.toml) at a GPU-sized batch: the same budget of
     positives, validation cadence, patience, minimum and schedule shape, in ``max_positives / batch`` steps."""
     from composer.study.config import get_profile
 

@@ -60,7 +60,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from composer.study.config import get_profile, study_runs
-    from composer.study.data import EvalSets
     from composer.study.execute import StudyOptions, train_and_evaluate
     from crg.outputs import write_json_atomic
 
@@ -91,7 +90,7 @@ def main(argv=None) -> int:
             else:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 started = time.perf_counter()
-                result = train_and_evaluate(run, seed, profile, EvalSets(profile, data), run_dir, StudyOptions())
+                result = train_and_evaluate(run, seed, profile, data, run_dir, StudyOptions())
                 result["wall_seconds"] = round(time.perf_counter() - started, 1)
                 write_json_atomic(done, result)
             acc = result["train_curve"].get("match_acc") or []

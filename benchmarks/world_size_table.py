@@ -15,7 +15,7 @@ is read back, an interrupted one resumed (``--resume``'s checkpoint), so the com
 Why a schedule in steps: the world recipe's learning-rate schedule is in epochs (when the table was measured: warm-up 0.4 epoch, /10 at
 epoch 2), so at 36K images a 2,000-step run would still be warming up and at 1.8K images it would decay
 after 560 steps -- the size would change the schedule, not only the data. Here the cpu profile's schedule
-shape (its warm-up share and /10 points, ``composer.study.config.Schedule``) is laid over ``--steps``
+shape (its warm-up share and /10 points, ``composer.training.schedule.Schedule``) is laid over ``--steps``
 whatever the epoch length, as the study's ``study_schedule`` does: the recipe's epoch-based fields are set to
 the fractions of an epoch those steps are.
 

@@ -11,7 +11,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LIBRARY_PACKAGES", "CodeIdentity", "code_identity", "cpu_model", "git_sha", "hardware_description"]
+__all__ = ["LIBRARY_PACKAGES", "CodeIdentity", "WorkerCodeMismatch", "check_worker_code", "code_identity", "cpu_model",
+           "git_sha", "hardware_description"]
 
 
 def cpu_model() -> str:
@@ -53,6 +54,31 @@ def code_identity() -> CodeIdentity:
             sha.update(path.read_bytes())
     return CodeIdentity(sha.hexdigest()[:16], str(Path(roots[0]).parent))
 
+
+
+class WorkerCodeMismatch(RuntimeError):
+    """Ray's workers import other library code than this process (a one-line error before any run)."""
+
+
+def check_worker_code() -> None:
+    """Raise :class:`WorkerCodeMismatch` unless a Ray worker imports the same library sources as this driver
+    (:func:`code_identity`): runs trained by other code than the study records, or
+    trials whose function the workers cannot find, would otherwise surface hours later."""
+    import ray
+
+    mine = code_identity()
+    try:
+        theirs = ray.get(ray.remote(code_identity).options(num_cpus=0).remote())
+    except Exception as err:  # a worker whose code lacks even this function
+        theirs = None
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if theirs is None or theirs.digest != mine.digest:
+        where = f"from {theirs.location}" if theirs else f"(they failed: {detail})"
+        raise WorkerCodeMismatch(
+            f"Ray's workers import other library code {where} than this process ({mine.location}): a local "
+            f"Ray's workers put the working directory first on sys.path, so start the study from the checkout "
+            f"the package is installed from (or set PYTHONPATH to the checkout you run from) and, on a cluster, "
+            f"install the same code on every node")
 
 def git_sha() -> str:
     """The short commit of the library's checkout, or ``unknown`` (an installed wheel has none)."""

@@ -50,12 +50,16 @@ import logging
 import os
 import re
 import shutil
+import threading
+import time
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MANIFEST", "MODES", "OutputDirError", "lock_output_dir", "prepare_output_dir", "read_manifest",
-           "release_output_dir", "settings_diff", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["MANIFEST", "MODES", "WALL_FILE", "InvocationClock", "OutputDirError", "lock_output_dir",
+           "prepare_output_dir", "read_manifest", "release_output_dir", "settings_diff", "write_bytes_atomic",
+           "write_json_atomic", "write_text_atomic"]
 
 MANIFEST = "run.json"
 MODES = ("new", "resume", "overwrite")
@@ -290,3 +294,41 @@ def _written(manifest: Mapping, owned: Iterable[str]) -> list[str]:
     """What the run of ``manifest`` wrote: its ``written`` list; a manifest from before the list was
     recorded counts as having written every owned name (the old rule; inputs are still protected)."""
     return list(manifest["written"]) if "written" in manifest else list(owned)
+
+
+WALL_FILE = "wall_seconds.json"  # OUT/wall_seconds.json: {start of each invocation: its wall seconds}
+
+
+class InvocationClock:
+    """Writes this invocation's wall seconds into ``OUT/wall_seconds.json`` every ``every_s`` while the program
+    (the study) runs and when it ends, beside those of earlier invocations. Why: a study resumed after kills
+    spans many invocations, and one killed never reaches the report; the report's wall time is the sum of them
+    all."""
+
+    def __init__(self, out: Path, every_s: float = 60.0):
+        self.path, self.every_s = Path(out) / WALL_FILE, every_s
+        self.started = time.perf_counter()
+        self.key = datetime.now().isoformat(timespec="milliseconds")  # two invocations never share a key
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="study-wall-clock", daemon=True)
+
+    def segments(self) -> dict[str, float]:
+        """Every invocation's wall seconds so far, this one's up to now."""
+        found = json.loads(self.path.read_text()) if self.path.exists() else {}
+        found[self.key] = round(time.perf_counter() - self.started, 1)
+        write_json_atomic(self.path, found)
+        return found
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.segments()
+
+    def __enter__(self) -> InvocationClock:
+        self.segments()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.segments()

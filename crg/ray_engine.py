@@ -44,7 +44,7 @@ from crg.shards import (
 )
 
 __all__ = ["RayConfig", "ParserSpec", "EngineReport", "RayBuild", "RayConnectError", "build_crg_ray",
-           "check_address", "start_local_ray"]
+           "check_address", "join_ray", "start_local_ray", "task_resources"]
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +220,38 @@ def start_local_ray(num_cpus: int, *, object_store_mb: int = 256, log_to_driver:
             logger.warning("local Ray did not start in time (attempt %d of %d); trying again", attempt, attempts)
             ray.shutdown()
 
+
+
+def join_ray(address: str | None, env_vars: dict[str, str]) -> None:
+    """``ray.init`` of the cluster at ``address``, or of a local Ray on every core whose processes end with this
+    one even after a SIGKILL (:func:`crg.fate.watch`: Ray's agents outlive a driver killed so), its workers given
+    ``env_vars``. Nothing listening at ``address`` is one error in 10 s, not ``ray.init``'s retries for ever; a
+    start that fails is one :class:`RayConnectError` naming where (Ray raises a bare Exception when its raylet does
+    not start in time)."""
+    import ray
+
+    check_address(address)
+    try:  # a local Ray started here is this process's: its raylet and workers end when it does
+        ray.init(address=address, num_cpus=None if address else os.cpu_count(), runtime_env={"env_vars": env_vars},
+                 include_dashboard=False, log_to_driver=True)
+    except Exception as err:
+        where = f"the Ray cluster at --address {address}" if address else "a local Ray"
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise RayConnectError(f"cannot start or join {where}: {first}") from err
+    if not address:
+        from crg.fate import watch
+
+        watch()
+
+
+def task_resources(jobs: int) -> tuple[int, int]:
+    """The CPUs and GPUs of one of ``jobs`` tasks at a time on the running Ray: its CPUs shared among them, none
+    larger than the smallest machine, a GPU each where there is one."""
+    import ray
+
+    node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
+    cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // jobs))
+    return cpus, 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
 
 def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, config: RayConfig | None = None,
                   cache_path: str | Path | None = None, dump_path: str | Path | None = None, progress: bool = True,

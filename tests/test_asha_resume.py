@@ -1,4 +1,4 @@
-"""A killed ASHA search resumes with the rungs it had (composer.study.asha).
+"""A killed ASHA search resumes with the rungs it had (composer.study.asha.ResumableASHA).
 
 Tune restores a search's scheduler as it was created, with empty rungs; the converge study's IL-CLIP search
 lost two configurations that way: after the restart each one's first report (64K positives, the chance-level
@@ -20,8 +20,10 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.schedulers.async_hyperband import _Bracket
 
 from composer.report.results import run_folder
-from composer.study.asha import ResumableASHA, curve_reports, rung_records
+from composer.report.search import curve_reports
+from composer.study.asha import ResumableASHA
 from composer.training.curve import CurvePoint, LearningCurve
+from composer.training.tune_search import rung_records
 
 GRACE, RF, MAX_T = 16, 3, 161   # milestones 16, 48, 144, as the converge profile's (in thousands of positives)
 
@@ -145,7 +147,7 @@ def test_a_real_tune_search_killed_and_restored_keeps_its_rungs(tmp_path):
     import ray
     from ray import tune
 
-    from composer.study.search import tune_signal_handlers_restored
+    from composer.training.tune_search import tune_signal_handlers_restored
 
     search_dir = tmp_path / "search"
 
@@ -208,7 +210,7 @@ def test_tunes_sigint_handler_is_put_back_after_a_search():
     search, Ctrl-C during the study's runs was swallowed ("ending Ray Tune run") and the study went on."""
     import signal
 
-    from composer.study.search import tune_signal_handlers_restored
+    from composer.training.tune_search import tune_signal_handlers_restored
 
     def tunes_handler(sig, frame):  # what ray.tune.tune._setup_signal_catching leaves behind
         pass

@@ -1,7 +1,7 @@
 """Everything the library starts, it stops (issue 35): a study's driver killed with SIGKILL while its Ray workers
 train takes every process it started down with it (Ray's raylet and workers share the driver's fate; its
 dashboard and runtime-env agents, which outlived the driver by more than a minute, are ended by the watcher of
-:mod:`composer.study.fate`), so no run goes on training into a folder a rerun then trains again; the rerun
+:mod:`crg.fate`), so no run goes on training into a folder a rerun then trains again; the rerun
 completes the study.
 
 Slow (a local Ray and a smoke study on the 80-image world: about 2-4 minutes on 2 busy cores): marked ``slow``."""
@@ -59,7 +59,7 @@ def test_killing_the_study_driver_stops_its_ray_workers_and_the_rerun_completes(
     assert workers, "the study ended or timed out before a Ray worker started a run"
     time.sleep(2)
     family = driver.children(recursive=True)
-    watchers = {p.pid for p in family if "composer.study.fate" in " ".join(p.cmdline())}
+    watchers = {p.pid for p in family if "crg.fate" in " ".join(p.cmdline())}
     started = {p.pid for p in family} - watchers   # the watcher exits on its own, once done
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -86,9 +86,9 @@ def test_killing_the_study_driver_stops_its_ray_workers_and_the_rerun_completes(
 
 
 def test_the_watcher_ends_what_a_killed_process_started_and_then_itself():
-    """composer.study.fate without Ray: a process that started a grandchild in its own session (as Ray's agents
+    """crg.fate without Ray: a process that started a grandchild in its own session (as Ray's agents
     are) is killed with SIGKILL; the watcher ends the grandchild, then exits."""
-    from composer.study.fate import watch
+    from crg.fate import watch
 
     script = ("import subprocess, time; subprocess.Popen(['sleep', '300'], start_new_session=True); "
               "time.sleep(300)")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from composer.study.config import PROFILES, RUNS, il_overrides, study_runs
+from composer.training.log_levels import QUIET_LOGGERS
 from composer.report.plots import generation_starts, mean_band, probe_curves
 from composer.report.tables import (
     FIGURE4_ROWS,
@@ -246,7 +247,7 @@ def run_study(caplog):
     from composer.cli import study as cli
     from composer.study import execute
 
-    levels = {n: logging.getLogger(n).level for n in (*execute.QUIET_LOGGERS, "composer.study")}
+    levels = {n: logging.getLogger(n).level for n in (*QUIET_LOGGERS, "composer.study")}
 
     def call(*argv: str, code: int = 0) -> list[str]:
         caplog.clear()
@@ -349,7 +350,7 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
 # ---------------------------------------------------------------------------- the recipe search
 def test_every_model_gets_the_same_search_budget_and_the_choice_is_the_best_val_point():
     from composer.study.config import MODELS
-    from composer.study.search import GRID_SIZE, SearchPoint, choose_recipes, named_lr, search_grid
+    from composer.training.recipe_grid import GRID_SIZE, SearchPoint, choose_recipes, named_lr, search_grid
 
     for model in MODELS:
         grid = search_grid(model)
@@ -405,7 +406,7 @@ def test_two_ray_workers_train_the_study_and_kept_weights_load_as_gc_evaluate_lo
 
     from composer.cli.evaluate import load_model
     from composer.evaluation.eval_sets import load_eval_data
-    from composer.study.evaluation import sentence_retrieval
+    from composer.evaluation.sentence_retrieval import sentence_retrieval
 
     root, _, _ = world_env
     _, call = run_study
@@ -486,7 +487,7 @@ def test_a_study_started_with_a_relative_out_resumes_from_another_directory(worl
     monkeypatch.chdir(first)
     call("--data", "world", "--out", "study", "--profile", "smoke", "--runs", "vse")
     monkeypatch.chdir(second)
-    from composer.study.data import EvalSets
+    from composer.evaluation.eval_sets import EvalSets
 
     monkeypatch.setattr(EvalSets, "_shared", {})  # as a new process (a Ray worker) would: nothing read yet
     call("--data", "world", "--out", str(first / "study"), "--profile", "smoke", "--runs", "vse,composer")
@@ -500,7 +501,7 @@ def test_a_moved_study_folder_still_finds_its_data(world_env, run_study, monkeyp
     mount point) and grown there trains its new run on the moved data."""
     import shutil
 
-    from composer.study.data import EvalSets
+    from composer.evaluation.eval_sets import EvalSets
 
     _, call = run_study
     call("--data", "world", "--out", str(tmp_path / "here"), "--profile", "smoke", "--runs", "vse")
@@ -519,7 +520,8 @@ def test_a_study_grown_by_a_new_model_searches_it_alone_and_keeps_the_other_choi
     """``--runs negclip,...`` in a finished study: the new model's search adds its choice; the choices of the
     models already trained stay, and only a changed choice of a model with finished runs is refused."""
     from composer.study.config import get_profile
-    from composer.study.search import SEARCH_DIR, choose_recipes, finish_search, search_grid
+    from composer.study.search import SEARCH_DIR, finish_search
+    from composer.training.recipe_grid import choose_recipes, search_grid
 
     profile = get_profile("smoke")
     out = tmp_path / "study"

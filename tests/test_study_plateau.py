@@ -66,7 +66,8 @@ def world_env(tmp_path_factory):
 
 def test_every_run_trains_to_its_plateau_and_a_killed_run_resumes_its_curve(world_env):
     from composer.study.data import prepare_data
-    from composer.study.execute import RESULT, StudyOptions, execute, run_dir
+    from composer.report.results import run_folder
+    from composer.study.execute import RESULT, StudyOptions, execute
     from composer.study.runner import run_study
 
     profile = plateau_smoke()
@@ -97,7 +98,7 @@ def test_every_run_trains_to_its_plateau_and_a_killed_run_resumes_its_curve(worl
     killed = world_env / "killed"
     options = StudyOptions(accelerator="cpu")
     assert "failed" in execute(vse, 0, profile, data, killed, options, callbacks=[KillAt(5)])
-    folder = run_dir(killed, vse, 0)
+    folder = run_folder(killed, vse.name, 0)
     assert (folder / "checkpoints" / "last.ckpt").exists() and not (folder / RESULT).exists()
     execute(vse, 0, profile, data, killed, options)
     resumed = json.loads((folder / RESULT).read_text())
@@ -113,7 +114,8 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
 
     from composer.study.execute import StudyOptions
     from composer.study.runner import run_study
-    from composer.study.search import read_asha_status, search_grid, search_value
+    from composer.report.search import read_asha_status, search_value
+    from composer.training.recipe_grid import search_grid
 
     profile = plateau_smoke(asha_grace_positives=EVERY, asha_reduction=2)
     out = world_env / "asha"
@@ -138,7 +140,7 @@ def test_the_search_at_the_budget_runs_under_asha_and_chooses_on_val(world_env):
             assert s["stopped_at_positives"] is None
         else:  # ASHA ended it at a rung: the grace period or a reduction-fold multiple of it, below the budget
             assert s["stopped_at_positives"] in (EVERY, 2 * EVERY, 4 * EVERY)
-        values[p.name] = search_value(out / "search", p)[0]
+        values[p.name] = search_value(out / "search", p.name)[0]
         assert values[p.name] is not None
     assert chosen["vse"]["run"] == max(values, key=lambda n: (values[n], -list(values).index(n)))
     table = (out / "tables" / "search.md").read_text()
@@ -158,7 +160,7 @@ def test_a_search_that_tune_stopped_early_stops_the_study(tmp_path):
     """Tuner.fit() returns after a stop signal with the running trials stopped and TERMINATED, like ASHA's cuts:
     the study must not choose a configuration from half-trained trials and go on to the next model (seen twice
     on the converge study; the first check counted TERMINATED trials and let the second one through)."""
-    from composer.study.search import SearchInterrupted, check_search_complete
+    from composer.training.tune_search import SearchInterrupted, check_search_complete
 
     # a run that ended by itself (its result written; a restored Tuner reports done=False), a cut, an error
     done = [_Result("a", False), _Result("b", True), _Result("c", None, RuntimeError("out of memory"))]
@@ -183,7 +185,7 @@ def test_a_real_tune_search_interrupted_by_sigint_is_seen_as_unfinished(tmp_path
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from composer.study.search import SearchInterrupted, check_search_complete
+    from composer.training.tune_search import SearchInterrupted, check_search_complete
 
     def reporting_trial(config):  # defined here so that Ray ships it by value (workers cannot import tests/)
         import time
@@ -223,7 +225,7 @@ def test_ray_workers_log_the_runs_progress_and_not_lightnings_chatter():
     """A worker's logging: Lightning's INFO lines (seed, model summary) off, the runs' progress lines on."""
     import logging
 
-    from composer.study.execute import QUIET_LOGGERS, worker_logging
+    from composer.training.log_levels import QUIET_LOGGERS, worker_logging
 
     import composer.training.fit  # noqa: F401  (Lightning's loggers as they are before the call)
 
@@ -254,7 +256,7 @@ def test_a_study_whose_ray_workers_import_other_code_stops_before_any_run(tmp_pa
 
     import composer
     from composer.provenance import LIBRARY_PACKAGES, code_identity
-    from composer.study.execute import WorkerCodeMismatch, check_worker_code
+    from composer.provenance import WorkerCodeMismatch, check_worker_code
 
     root = Path(composer.__file__).resolve().parents[1]
     other = tmp_path / "other_checkout"

@@ -1,4 +1,4 @@
-"""The study's wall time counts every invocation, killed ones too (composer.study.runner.InvocationClock)."""
+"""The study's wall time counts every invocation, killed ones too (crg.outputs.InvocationClock)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from composer.study.runner import WALL_FILE, InvocationClock
+from crg.outputs import WALL_FILE, InvocationClock
 
 
 def test_each_invocation_adds_its_seconds_beside_the_earlier_ones(tmp_path):
@@ -23,7 +23,7 @@ def test_each_invocation_adds_its_seconds_beside_the_earlier_ones(tmp_path):
 
 def test_a_killed_invocation_leaves_its_seconds(tmp_path):
     """SIGKILL: no exit handler runs; what the clock wrote while it ran remains."""
-    script = ("import sys, time\nfrom composer.study.runner import InvocationClock\n"
+    script = ("import sys, time\nfrom crg.outputs import InvocationClock\n"
               "with InvocationClock(sys.argv[1], every_s=0.05):\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env={**os.environ})
     deadline = time.time() + 60

@@ -7,7 +7,7 @@ evaluate them all with the same code, and write the papers' tables and figures.
 
 (``python experiments/run_study.py ...`` runs the same program.) Profiles and runs are data
 (composer/study/config.py): each run is the world's named training recipe plus the ablation's typed
-overrides, trained for the profile's number of steps; evaluation (composer/study/evaluation.py) scores
+overrides, trained for the profile's number of steps; evaluation (composer/evaluation/suite.py) scores
 every model through its ``score_pairs``: in-domain test R@K, the MCD split, the compound-divergence
 windows, phrase retrieval, and world hard negatives (I2T / T2I / group accuracy, recursive average).
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         ap.error("--out is required (the study's folder)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # one line per run; the libraries' chatter only with --verbose
-        from composer.study.execute import quiet_library_logging
+        from composer.training.log_levels import quiet_library_logging
 
         quiet_library_logging()
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -129,11 +129,11 @@ def main(argv=None) -> int:
                          "need the generated world's scene graphs")
     from pathlib import Path
 
+    from composer.provenance import WorkerCodeMismatch
     from composer.study.config import get_profile, study_runs
     from composer.study.runner import run_study
+    from composer.training.tune_search import SearchInterrupted
     from crg.outputs import write_text_atomic
-    from composer.study.execute import WorkerCodeMismatch
-    from composer.study.search import SearchInterrupted
     from crg.ray_engine import RayConnectError, check_address
 
     profile = get_profile(config.profile)

@@ -11,7 +11,9 @@
 * ``hard_negatives``: I2T / T2I / group accuracy on hard negatives, recursive averages (Oh et al.).
 * ``text_pairs``: free texts parsed as the CRG builder parses captions, scored against stored images.
 * ``interpretation``: Figure 5's per-concept score trees.
+* ``mcd_windows``: an MCD split and Figure 4's windows along compound divergence, as split files.
+* ``suite``: the study's evaluations of one trained model on the generated world.
 """
 
 __all__ = ["eval_sets", "sentence_retrieval", "truth", "twins", "twin_interaction", "benchmark", "phrase_retrieval", "rerank",
-           "hard_negatives", "text_pairs", "interpretation"]
+           "hard_negatives", "text_pairs", "interpretation", "mcd_windows", "suite"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["EvalData", "EvalImages", "load_eval_data", "resolve_splits", "select_eval_images"]
+__all__ = ["EvalData", "EvalImages", "EvalSets", "load_eval_data", "resolve_splits", "select_eval_images"]
 
 log = logging.getLogger(__name__)
 
@@ -179,3 +179,52 @@ def load_eval_data(data: str, *, split: str = "test", captions: str | None = Non
                     region_mask=torch.from_numpy(batch.mask).to(device), truth=truth,
                     store=store, max_regions=max_regions, parser=(parser, parser_model),
                     training_texts=training_texts, twin_groups=twins)
+
+
+class EvalSets:
+    """The generated world's evaluation sets in one process, each loaded on first use per (parser, parse pruning,
+    regions per image): the first ``eval_images`` images of its test split (``world``: its
+    :class:`composer.training.data.DataConfig` fields), split files over the ``features`` store (an MCD split,
+    its windows) and the hard-negative set at ``hard_negatives`` with its texts as programs. Parses are pruned
+    with ``prune_seed`` (pruned parses are data: the same for every model seed)."""
+
+    _shared: dict = {}
+
+    def __init__(self, world: dict, eval_images: int, features: str, hard_negatives: str, prune_seed: int = 0):
+        self.world, self.eval_images, self.features, self.prune_seed = world, eval_images, features, prune_seed
+        self._cache: dict = {}
+        self.hn_set = json.loads(Path(hard_negatives).read_text())
+
+    @classmethod
+    def shared(cls, *args) -> EvalSets:
+        """This process's sets for these arguments (a study's Ray worker or driver loads each set once for all
+        its runs)."""
+        key = json.dumps(args, sort_keys=True)
+        if key not in cls._shared:
+            cls._shared.clear()
+            cls._shared[key] = cls(*args)
+        return cls._shared[key]
+
+    def _get(self, key, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def test(self, prune: float, max_regions: int, parser: str = "world"):
+        return self._get(("test", parser, prune, max_regions), lambda: load_eval_data(
+            "world", split="test", eval_images=self.eval_images, max_regions=max_regions, **self.world,
+            parser=parser, prune_probability=prune, prune_seed=self.prune_seed))
+
+    def split_file(self, path: str, num_images: int, prune: float, max_regions: int, parser: str = "world"):
+        return self._get(("file", path, parser, prune, max_regions), lambda: load_eval_data(
+            path, split="all", features=self.features, eval_images=num_images, max_regions=max_regions,
+            parser=parser, prune_probability=prune, prune_seed=self.prune_seed))
+
+    def hn_programs(self, prune: float, parser: str = "world") -> dict:
+        from composer.evaluation.hard_negatives import eval_pairs
+        from composer.evaluation.text_pairs import programs_for_texts
+
+        texts = [t for _, t in eval_pairs(self.hn_set)]
+        return self._get(("hn", parser, prune), lambda: programs_for_texts(texts, parser_name=parser,
+                                                                           prune_probability=prune,
+                                                                           prune_seed=self.prune_seed))

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
 __all__ = ["wins", "i2t_accuracy", "t2i_accuracy", "group_accuracy", "accuracy_by_type", "recursive_average",
            "average_tree", "build_eval_set", "eval_pairs", "evaluate_pair_scores", "restrict_eval_set",
-           "EVAL_SET_VERSION"]
+           "world_hard_negative_set", "EVAL_SET_VERSION"]
 
 EVAL_SET_VERSION = 1
 
@@ -304,3 +305,32 @@ def _check(eval_set: Mapping) -> None:
     if eval_set.get("version") != EVAL_SET_VERSION:
         raise ValueError(f"evaluation set version {eval_set.get('version')!r}, expected {EVAL_SET_VERSION}; "
                          f"rebuild it with build_eval_set")
+
+
+def world_hard_negative_set(world_dir: str | Path, captions: Sequence[tuple[str, str]], *,
+                            distractor_pool: Sequence[str] | None = None, per_type: int = 5,
+                            distractor_images: int = 5, seed: int = 0, name: str = "world-hn") -> tuple[dict, dict]:
+    """The world's hard-negative evaluation set for ``(image_id, caption)`` pairs, and its generation report.
+
+    Negatives are verified false of their image (:func:`features.catalog.world_hard_negatives`);
+    text-to-image distractors are drawn from ``distractor_pool`` (default: the captions' own images), so
+    that a model is not asked to rank images it was trained on.
+    """
+    from features.catalog import world_hard_negatives
+
+    pool = list(dict.fromkeys(distractor_pool if distractor_pool is not None else [i for i, _ in captions]))
+    negatives, report, distractors = world_hard_negatives(
+        world_dir, captions, images=set(pool) | {i for i, _ in captions}, per_type=per_type,
+        distractor_images=distractor_images, seed=seed)
+    pool_set = set(pool)
+    distractors = {k: [i for i in v if i in pool_set] for k, v in distractors.items()}
+    eval_set = build_eval_set(negatives, distractors=distractors, positives=list(captions), name=name,
+                              meta={"world_dir": str(world_dir), "per_type": per_type, "seed": seed,
+                                    "distractor_images": distractor_images})
+    summary = {"captions": len(captions), "negatives": len(negatives),
+               "negatives_by_type": dict(sorted(report.produced.items())),
+               "captions_with": dict(sorted(report.captions_with.items())),
+               "skipped": {k: dict(v) for k, v in report.skipped.items()},
+               "dropped_by_checker": {k: dict(v) for k, v in report.dropped.items()},
+               "with_distractors": sum(1 for v in distractors.values() if v)}
+    return eval_set, summary

@@ -32,9 +32,10 @@ import torch
 
 from composer.evaluation.caption_subsets import caption_length, own_image_ranks, recall_by_length, recall_on_subset
 from composer.models.common.retrieval import recall_at_k, recall_at_k_multi, score_matrix
+from composer.models.composer.program import ConceptProgram
 
-__all__ = ["SentenceRetrievalSet", "ceiling_reports", "format_retrieval_table", "score_sentence_retrieval",
-           "sentence_retrieval_report"]
+__all__ = ["SentenceRetrievalSet", "ceiling_reports", "flat_report", "format_retrieval_table", "generalisation_gap",
+           "score_sentence_retrieval", "sentence_retrieval", "sentence_retrieval_report"]
 
 
 @dataclass
@@ -206,6 +207,36 @@ def score_sentence_retrieval(model, tokenizer, regions: torch.Tensor, geometry: 
         model.train(was_training)
     return sentence_retrieval_report(res.scores, caption_image, seconds=res.seconds)
 
+
+
+def sentence_retrieval(model, tokenizer, data, *, device: str | torch.device = "cpu", max_pairs: int = 4096) -> dict:
+    """Sentence-to-image R@1/5/10 of every caption of ``data`` (an :class:`composer.evaluation.eval_sets.EvalData`:
+    a split file such as the MCD split or a compound-divergence window) against all its candidate images, by full
+    cross-scoring, as :func:`flat_report`."""
+    programs = [ConceptProgram.from_graph(data.graph, c) for c in data.captions]
+    return flat_report(score_sentence_retrieval(model, tokenizer, data.regions.to(device), data.geometry.to(device),
+                                                data.region_mask.to(device), programs, data.caption_image,
+                                                max_pairs=max_pairs))
+
+
+def flat_report(report: dict) -> dict:
+    """A retrieval report with its sentence R@K at the top level, where the study's tables read them."""
+    report = dict(report)
+    return {**report.pop("sentence"), **report}
+
+
+def generalisation_gap(in_domain: dict, systematic: dict) -> dict:
+    """In-domain minus systematic recall, per metric both have (single-positive R@K, any-true R@K).
+
+    >>> generalisation_gap({"R@1": 20.0, "sentence_any_true": {"R@1": 30.0}},
+    ...                    {"R@1": 12.5, "sentence_any_true": {"R@1": 25.0}})
+    {'R@1': 7.5, 'any_true_R@1': 5.0}
+    """
+    gap = {k: round(in_domain[k] - systematic[k], 3) for k in in_domain
+           if k.startswith("R@") and isinstance(systematic.get(k), (int, float))}
+    a, b = in_domain.get("sentence_any_true") or {}, systematic.get("sentence_any_true") or {}
+    gap.update({f"any_true_{k}": round(a[k] - b[k], 3) for k in a if k in b})
+    return gap
 
 _SET_LABELS = {"test": "test (in-domain)", "systematic": "systematic", "productivity": "productivity"}
 _ORACLE_ORDER = ("exact", "bound_objects", "bag_of_words")  # the most structure first

@@ -20,7 +20,8 @@ import torch
 from composer.evaluation.hard_negatives import eval_pairs, evaluate_pair_scores, restrict_eval_set
 from composer.models.composer.program import ConceptProgram, ProgramBatch
 
-__all__ = ["hard_negative_accuracy", "programs_for_texts", "score_text_image_pairs", "twin_group_scores"]
+__all__ = ["add_twin_scores", "hard_negative_accuracy", "programs_for_texts", "score_text_image_pairs",
+           "twin_group_scores"]
 
 
 class _ParserOnDemand:
@@ -169,3 +170,16 @@ def twin_group_scores(model, tokenizer, groups: Sequence[Mapping], store, *, max
     out["interaction"] = twin_interaction(grid, kinds)
     out["dropped"] = len(groups) - len(kept)
     return out
+
+
+def add_twin_scores(module, dm, results: dict) -> None:
+    """Each test set's twin groups (a compositional world's minimal pairs) of the data module ``dm``
+    (:class:`composer.training.data.CompositionDataModule`), scored by the trained ``module``'s model:
+    ``results[role]["twins"]`` = text / image / group scores, overall and per kind."""
+    for role in ("test", *dm.eval_roles()):
+        groups = dm.twin_groups(role)
+        if groups and results.get(role):
+            name, model = dm.parser()
+            results[role]["twins"] = twin_group_scores(
+                module.model, module.tokenizer, groups, dm.store, max_regions=dm.cfg.max_regions, parser_name=name,
+                parser_model=model, device=module.device, max_pairs=module.eval_max_pairs)

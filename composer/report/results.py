@@ -58,7 +58,7 @@ def write_results(out: Path, *, profile: dict, seeds: list[int], runs: list[str]
     ``profile``: the study's profile as plain values; ``runs``: its run names in order; ``expected``: the
     (run, seed) pairs it plans; ``data``: its data's description (``OUT/data/study_data.json``); ``recipes``:
     the recipe search's choice (None: the named recipes); ``wall_seconds``: every invocation's wall seconds by
-    its start (killed ones too: :class:`composer.study.runner.InvocationClock`), kept beside those an earlier
+    its start (killed ones too: :class:`crg.outputs.InvocationClock`), kept beside those an earlier
     ``results.json`` holds.
     """
     import torch

@@ -11,52 +11,16 @@ added. Imported only when a search runs (it imports Ray).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 
 from ray.tune.schedulers import ASHAScheduler
 
-from composer.report.results import run_folder
-from composer.training.curve import read_curve
+from composer.report.search import curve_reports
+from composer.training.tune_search import rung_records
 
-__all__ = ["ResumableASHA", "curve_reports", "rung_records"]
+__all__ = ["ResumableASHA"]
 
 logger = logging.getLogger(__name__)
-
-CURVE_METRIC = "R@1"  # the curve's name of what ValidationReporter reports as val_R@1
-
-
-def rung_records(reports: Mapping[str, list[tuple[int, float]]], milestones: list[int]) -> dict[int, dict[str, float]]:
-    """What asynchronous ASHA holds at each rung after these reports: ``{milestone: {trial: value}}``, each
-    trial's reports being ``(positives, val R@1)`` in order. The rule is Ray Tune's (``_Bracket.on_result``):
-    a report records its trial at the highest milestone it has reached and is not yet recorded at, with the
-    value it reports there. Records do not depend on the order of the trials; ASHA's decisions do.
-
-    >>> rung_records({"a": [(8, 1.0), (16, 2.0), (24, 3.0), (48, 4.0)], "b": [(8, 5.0), (56, 6.0)]}, [16, 48])
-    {16: {'a': 2.0}, 48: {'a': 4.0, 'b': 6.0}}
-    """
-    records: dict[int, dict[str, float]] = {m: {} for m in milestones}
-    for trial, trial_reports in reports.items():
-        for positives, value in trial_reports:
-            for milestone in sorted(milestones, reverse=True):
-                if positives >= milestone and trial not in records[milestone]:
-                    records[milestone][trial] = value
-                    break
-    return records
-
-
-def curve_reports(search_dir: Path, points: list[str], seed: int = 0) -> dict[str, list[tuple[int, float]]]:
-    """Each point's reports to ASHA so far, ``[(positives, val R@1)]``, from its run's learning curve (the
-    validations :class:`composer.training.plateau.ValidationReporter` reports); points without a curve
-    have none."""
-    reports = {}
-    for point in points:
-        directory = run_folder(search_dir, point, seed)
-        if (directory / "curve.json").is_file():
-            curve, _ = read_curve(directory)
-            reports[point] = [(p.positives, p.metrics[CURVE_METRIC]) for p in curve.points
-                              if p.metrics.get(CURVE_METRIC) is not None]
-    return reports
 
 
 class ResumableASHA(ASHAScheduler):

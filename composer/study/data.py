@@ -1,5 +1,6 @@
 """The study's data, made once per study directory: the world, its MCD split and compound-divergence windows,
-the hard-negative set (``OUT/data/``), and each process's evaluation sets read from them.
+the hard-negative set (``OUT/data/``), which each process reads as its
+:class:`composer.evaluation.eval_sets.EvalSets`.
 
 Every graph of the study is built as its training graphs are: from the world's gold trees (docs/world.md,
 "Gold parses"), also the MCD split's, the hard negatives' and the windows'.
@@ -14,14 +15,11 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 from composer.models.common.config import plain_config
 from composer.study.config import StudyProfile
 from crg.outputs import settings_diff, write_json_atomic
 
-__all__ = ["PRUNE_SEED", "STUDY_PARSER", "EvalSets", "candidate_split_labels", "check_study_dir", "make_mcd_windows",
-           "prepare_data"]
+__all__ = ["PRUNE_SEED", "STUDY_PARSER", "check_study_dir", "prepare_data"]
 
 STUDY_PARSER = "world"
 PRUNE_SEED = 0  # Table 7's degraded parses are data: the same for every model seed
@@ -29,19 +27,14 @@ PRUNE_SEED = 0  # Table 7's degraded parses are data: the same for every model s
 logger = logging.getLogger(__name__)
 
 
-def _profile_fingerprint(profile: StudyProfile) -> dict:
-    d = plain_config(profile)
-    for key in ("seeds", "runs", "jobs"):  # what may change between invocations of one study
-        d.pop(key)
-    return d
-
-
 def check_study_dir(out: Path, profile: StudyProfile, data: str) -> None:
     """Refuse to mix profiles in one directory (seeds and runs may grow). A profile setting added to the
     library later with None as "as before" (absent in the folder's ``study.json``) is no difference, as for a
     run's settings (:func:`crg.outputs.settings_diff`): a long study survives such an update."""
     path = out / "study.json"
-    want = {"data": data, "profile": _profile_fingerprint(profile)}
+    # seeds, runs and jobs may change between invocations of one study
+    settings = {k: v for k, v in plain_config(profile).items() if k not in ("seeds", "runs", "jobs")}
+    want = {"data": data, "profile": settings}
     if path.exists():
         have = json.loads(path.read_text())
         differ = settings_diff(have, json.loads(json.dumps(want)))  # (tuples as the file holds them: lists)
@@ -59,22 +52,23 @@ def prepare_data(profile: StudyProfile, out: Path) -> dict:
     if path.exists():
         return _study_paths(json.loads(path.read_text()), lambda p: str(out / p))
     started = time.perf_counter()
-    from composer.study.evaluation import world_hard_negative_set
-    from composer.training.data import CompositionDataModule, DataConfig
+    from composer.evaluation.eval_sets import select_eval_images
+    from composer.evaluation.hard_negatives import world_hard_negative_set
+    from composer.evaluation.mcd_windows import make_mcd_windows
     from crg.graph_cache import get_or_build_graph
     from features.catalog import resolve_dataset
 
     spec = resolve_dataset("world", **profile.world_data())
     logger.info("world: %s", spec.world_dir)
-    mcd = make_mcd_windows(profile, spec, out / "data" / "mcd")
+    mcd = make_mcd_windows(spec, out / "data" / "mcd", num_images=profile.mcd_images, num_windows=profile.num_windows,
+                           candidate_roles=profile.mcd_candidate_splits, compounds=profile.mcd_compounds,
+                           parser=STUDY_PARSER)
 
     test_graph, _ = get_or_build_graph(spec.captions, list(spec.test_splits), parser_name=STUDY_PARSER, progress=False)
-    dm = CompositionDataModule(DataConfig(data="world", **profile.world_data()))
-    dm.graphs["test"] = test_graph
-    chosen = dm.eval_set("test", profile.hn_images)
+    chosen = select_eval_images(test_graph, profile.hn_images)  # the images evaluation scores, as in training
     captions = [(test_graph.image_ids[test_graph.caption_image[c]], test_graph.caption_texts[c])
                 for c in chosen.captions]
-    pool = dm.eval_set("test", 10 ** 9).image_ids  # distractors: held-out test images only
+    pool = select_eval_images(test_graph, 10 ** 9).image_ids  # distractors: held-out test images only
     hn_set, hn_summary = world_hard_negative_set(spec.world_dir, captions, distractor_pool=pool,
                                                  per_type=profile.hn_per_type,
                                                  distractor_images=profile.hn_distractors, seed=0)
@@ -102,109 +96,3 @@ def _study_paths(data: dict, convert) -> dict:
         window["path"] = convert(window["path"])
     data["hard_negatives"]["path"] = convert(data["hard_negatives"]["path"])
     return data
-
-
-def candidate_split_labels(spec, roles) -> list[str]:
-    """The world's split labels of the MCD candidates' roles: ``val``, ``test`` (every test set: on the
-    compositional world ``test_iid``, ``test_systematic`` and ``test_productivity``) or a label itself.
-
-    >>> from features.catalog import DatasetSpec
-    >>> spec = DatasetSpec("world", Path("c"), None, test_splits=("test_iid",),
-    ...                    eval_splits={"systematic": ("test_systematic",)})
-    >>> candidate_split_labels(spec, ("val", "test"))
-    ['val', 'test_iid', 'test_systematic']
-    """
-    by_role = {"train": list(spec.train_splits), "val": list(spec.val_splits),
-               "test": [*spec.test_splits, *(s for labels in spec.eval_splits.values() for s in labels)]}
-    return list(dict.fromkeys(label for role in roles for label in by_role.get(role, [role])))
-
-
-def make_mcd_windows(profile: StudyProfile, spec, out: Path) -> dict:
-    """The MCD split of the candidate splits against the train split, and ``num_windows`` windows
-    evenly spaced over the range of window divergences, with the project's splitter."""
-    from crg.compounds import SEMANTIC, semantic_annotations
-    from crg.corpus import read_corpus
-    from crg.graph_cache import get_or_build_graph
-    from crg.mcd import MCDConfig, build_problem, eligible_candidates, make_mcd_split
-    from crg.mcd_output import GraphOptions, MCDCorpora, write_mcd_split
-
-    captions = spec.captions
-    candidate_splits = candidate_split_labels(spec, profile.mcd_candidate_splits)
-    graph, _ = get_or_build_graph(captions, None, parser_name=STUDY_PARSER, progress=False)
-    splits = np.asarray(graph.image_splits, dtype=object)
-    annotations = (semantic_annotations(read_corpus(captions).images, str(captions))
-                   if profile.mcd_compounds == SEMANTIC else None)
-    problem = build_problem(graph, graph, train_images=np.flatnonzero(np.isin(splits, list(spec.train_splits))),
-                            candidate_images=np.flatnonzero(np.isin(splits, candidate_splits)),
-                            compounds=profile.mcd_compounds, annotations=annotations)
-    eligible = int(eligible_candidates(problem)[0].sum())
-    k = min(profile.mcd_images, max(1, eligible // 2))  # leave room to slide the window
-    if k < profile.mcd_images:
-        logger.warning("MCD split: %d eligible candidates; using %d images instead of %d", eligible, k,
-                       profile.mcd_images)
-    scan = make_mcd_split(problem, MCDConfig(num_images=k, num_random=0))
-    lo, hi = float(scan.curve_compound.min()), float(scan.curve_compound.max())
-    targets = sorted({round(float(t), 3) for t in np.linspace(lo, hi, profile.num_windows)})
-    written = write_mcd_split(MCDCorpora(str(captions), list(spec.train_splits), candidate_splits=candidate_splits),
-                              out, MCDConfig(num_images=k, target_cds=tuple(targets), progress=False),
-                              graphs=GraphOptions(parser_name=STUDY_PARSER, progress=False),
-                              compounds=profile.mcd_compounds)
-    report = written.report
-    windows = [{"target": t["target"], "compound_divergence": t["compound_divergence"],
-                "atom_divergence": t["atom_divergence"], "window_start": t["window_start"],
-                "num_images": t["num_images"], "path": str(Path(d) / "eval.jsonl")}
-               for t, d in zip(report["targets"], written.target_dirs)]
-    return {"dir": str(out), "path": str(out / "eval.jsonl"), "num_images": k, "eligible": eligible,
-            "compounds": profile.mcd_compounds, "compound_divergence": report["compound_divergence"],
-            "atom_divergence": report["atom_divergence"], "compound_divergences": report["compound_divergences"],
-            "random_compound_divergence": report["random_compound_divergence"],
-            "ranking_direction": report["ranking_direction"], "windows": windows}
-
-
-class EvalSets:
-    """The evaluation sets of one process, loaded on first use per (parser, parse pruning, regions per image)."""
-
-    _shared: dict = {}
-
-    def __init__(self, profile: StudyProfile, data: dict):
-        self.profile, self.data = profile, data
-        self._cache: dict = {}
-        self.hn_set = json.loads(Path(data["hard_negatives"]["path"]).read_text())
-
-    @classmethod
-    def shared(cls, profile: StudyProfile, data: dict) -> EvalSets:
-        """This process's sets of the study (a Ray worker or the driver loads each set once for all its runs)."""
-        key = (repr(profile), json.dumps(data, sort_keys=True))
-        if key not in cls._shared:
-            cls._shared.clear()
-            cls._shared[key] = cls(profile, data)
-        return cls._shared[key]
-
-    def _get(self, key, make):
-        if key not in self._cache:
-            self._cache[key] = make()
-        return self._cache[key]
-
-    def test(self, prune: float, max_regions: int, parser: str = STUDY_PARSER):
-        from composer.evaluation.eval_sets import load_eval_data
-
-        return self._get(("test", parser, prune, max_regions), lambda: load_eval_data(
-            "world", split="test", eval_images=self.profile.eval_images, max_regions=max_regions,
-            **self.profile.world_data(), parser=parser,
-            prune_probability=prune, prune_seed=PRUNE_SEED))
-
-    def split_file(self, path: str, num_images: int, prune: float, max_regions: int, parser: str = STUDY_PARSER):
-        from composer.evaluation.eval_sets import load_eval_data
-
-        return self._get(("file", path, parser, prune, max_regions), lambda: load_eval_data(
-            path, split="all", features=self.data["world"]["features"], eval_images=num_images,
-            max_regions=max_regions, parser=parser, prune_probability=prune, prune_seed=PRUNE_SEED))
-
-    def hn_programs(self, prune: float, parser: str = STUDY_PARSER) -> dict:
-        from composer.evaluation.hard_negatives import eval_pairs
-        from composer.evaluation.text_pairs import programs_for_texts
-
-        texts = [t for _, t in eval_pairs(self.hn_set)]
-        return self._get(("hn", parser, prune), lambda: programs_for_texts(texts, parser_name=parser,
-                                                                           prune_probability=prune,
-                                                                           prune_seed=PRUNE_SEED))

@@ -2,10 +2,10 @@
 
 A run (a :class:`composer.study.config.StudyRun` and a seed) is trained by the same
 :func:`composer.training.fit.train` a user calls, into its run folder ``OUT/runs/RUN/seedS/`` (checkpoints,
-``model/``, ``results.json``), with the profile's fixed step budget; then the study's evaluations (test sets,
-MCD split, windows, phrases, hard negatives, the CLIP family's probe) score the **saved** model
-(``model/``, loaded by :func:`composer.models.registry.load_pretrained` as ``gc-evaluate`` loads it) and
-are written to ``study_result.json``, the run's mark of being finished.
+``model/``, ``results.json``), with the profile's budget; then the study's evaluations
+(:func:`composer.evaluation.suite.evaluate_suite`: test sets, MCD split, windows, phrases, hard negatives, the
+CLIP family's probe) score the **saved** model (``model/``, loaded by :func:`composer.models.registry.load_pretrained`
+as ``gc-evaluate`` loads it) and are written to ``study_result.json``, the run's mark of being finished.
 
 :func:`run_tasks` runs the unfinished ones: in this process for one job, else as Ray tasks (a local Ray
 of this machine's cores, or the cluster at ``address``; one GPU per run where there is one).
@@ -13,13 +13,12 @@ of this machine's cores, or the cluster at ``address``; one GPU per run where th
 
 from __future__ import annotations
 
-import csv
 import logging
-import math
 import os
+import shutil
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from composer.models import registry
@@ -27,12 +26,13 @@ from composer.models.common.config import plain_config
 from composer.provenance import git_sha, hardware_description
 from composer.report.results import ERROR, RESULT, run_folder
 from composer.study.config import StudyProfile, StudyRun, il_overrides, schedule_for
-from composer.study.data import PRUNE_SEED, EvalSets
+from composer.study.data import PRUNE_SEED
+from composer.training.curve import read_train_curve
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["RESULT", "StudyOptions", "ray_resources", "read_train_curve", "run_dir", "run_recipe", "run_tasks",
-           "study_schedule", "train_and_evaluate"]
+__all__ = ["RESULT", "StudyOptions", "ray_resources", "run_recipe", "run_tasks", "study_schedule",
+           "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +48,6 @@ class StudyOptions:
     keep_weights: bool = False
     jobs: int = 1
     address: str | None = None
-
-
-def run_dir(out: Path, run: StudyRun, seed: int) -> Path:
-    return run_folder(out, run.name, seed)
 
 
 # ---------------------------------------------------------------------------- the run's recipe
@@ -78,55 +74,34 @@ def run_recipe(run: StudyRun, seed: int, profile: StudyProfile) -> TrainingRecip
 
 
 def study_schedule(run: StudyRun, profile: StudyProfile):
-    """``train()``'s ``fit_schedule`` for the run: the named schedule's shape (warm-up, /10 steps) compressed
-    into the profile's number of steps; IL's step schedule as it is (the plain kinds: its total steps)."""
+    """``train()``'s ``fit_schedule`` for the run: the profile's :class:`composer.training.schedule.Schedule`
+    (the named schedule's shape compressed into its steps); IL's step schedule as it is (the plain kinds: its
+    total steps)."""
 
     def fit_schedule(recipe: TrainingRecipe, spe: int) -> tuple[TrainingRecipe, int, int]:
         if recipe.il is not None:
             return recipe, -1, recipe.il.total_steps
-        sched = schedule_for(profile, run.model)
-        max_steps = sched.total_steps(spe)
-        optim = replace(recipe.optim, epochs=max(1, math.ceil(max_steps / spe)),
-                        warmup_epochs=sched.warmup_fraction * max_steps / spe,
-                        decay_epochs=tuple(f * max_steps / spe for f in sched.decay_fractions))
-        return replace(recipe, optim=optim), optim.epochs, max_steps
+        return schedule_for(profile, run.model).fit(recipe, spe)
 
     return fit_schedule
 
 
-def read_train_curve(metrics_csv: Path) -> dict:
-    """Per-step training losses from a Lightning CSV log (IL-CLIP's generation and phase when logged)."""
-    keys = {"loss": "train/loss", "contrastive": "train/contrastive", "distill": "train/distill",
-            "generation": "il/generation", "phase": "il/phase", "match_acc": "train/match_acc"}
-    rows: dict[int, dict] = {}
-    if not metrics_csv.exists():
-        return {}
-    with metrics_csv.open() as f:
-        for rec in csv.DictReader(f):
-            if rec.get("step"):
-                rows.setdefault(int(float(rec["step"])), {}).update(
-                    {name: float(rec[col]) for name, col in keys.items() if rec.get(col) not in (None, "")})
-    steps = sorted(s for s, r in rows.items() if "loss" in r)
-    return {"step": steps, **{name: [rows[s].get(name) for s in steps] for name in keys
-                              if any(name in rows[s] for s in steps)}}
-
-
-def _cycle(loader):
-    while True:
-        yield from loader
-
-
 # ---------------------------------------------------------------------------- one run
-def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: EvalSets, out: Path,
+def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path,
                        options: StudyOptions, callbacks=()) -> dict:
     """Train one run for one seed with ``train()`` into ``out`` and evaluate its saved model; returns the
     study's result (written by the caller). A folder a kill left half-trained is resumed from its last
     checkpoint (runs to the plateau are long), or overwritten when that cannot be done (a fixed-budget
-    run, other settings, a checkpoint cut short). ``callbacks`` go to the trainer (the search's reporter)."""
+    run, other settings, a checkpoint cut short). ``data``: the study's (:func:`composer.study.data.prepare_data`);
+    ``callbacks`` go to the trainer (the search's reporter)."""
+    from composer.evaluation.eval_sets import EvalSets
+    from composer.evaluation.suite import evaluate_suite
     from composer.training.fit import TrainerOptions, train
 
     trained = {}
     recipe, schedule = run_recipe(run, seed, profile), study_schedule(run, profile)
+    sets = EvalSets.shared(profile.world_data(), profile.eval_images, data["world"]["features"],  # read before training
+                           data["hard_negatives"]["path"], PRUNE_SEED)
 
     def fit_in(mode: str) -> dict:
         trainer_options = TrainerOptions(
@@ -153,112 +128,31 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, sets: Ev
     device = next(module.model.parameters()).device
     saved.model.to(device).train(module.model.training)
     module.model = saved.model
-    model, tok = saved.model, saved.tokenizer
     configs = {"model": plain_config(prepared.model_config), "optim": plain_config(recipe.optim),
                "data": plain_config(recipe.data), "il": None if recipe.il is None else plain_config(recipe.il),
                "overrides": run.overrides, "steps_per_epoch": dm.steps_per_epoch()}
     result = {"run": run.name, "model": run.model, "label": run.label, "seed": seed, "steps": fit["global_step"],
               "train_seconds": fit["train_seconds"], "git": git_sha(), "hardware": hardware_description(),
-              "device": str(device), "num_parameters": int(sum(p.numel() for p in model.parameters())),
+              "device": str(device), "num_parameters": int(sum(p.numel() for p in saved.model.parameters())),
               "config": configs, "prune": run.prune, "parser": run.parser, "model_dir": fit["model_dir"],
               "pid": os.getpid()}
     started = time.perf_counter()
-    result.update(evaluate_saved(run, profile, sets, module, dm, model, tok, result))
+    result.update(evaluate_suite(module, dm, saved.tokenizer, sets, data["mcd"], profile.evals_for(run),
+                                 eval_images=profile.eval_images, max_pairs=profile.max_pairs,
+                                 phrases_per_caption=profile.phrases_per_caption, probe_steps=profile.probe_steps,
+                                 probe_lr=profile.probe_lr, prune=run.prune, parser=run.parser))
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
     if "plateau" in fit:  # where the reported weights come from, why training stopped, the learning curve
         result.update(plateau=fit["plateau"], curve=fit["curve"])
-    logs = sorted((out / "logs").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
-    result["train_curve"] = read_train_curve(logs[-1]) if logs else {}
+    result["train_curve"] = read_train_curve(out)
     result["train_curve"]["seed"] = seed
     return result
 
 
-def evaluate_saved(run: StudyRun, profile: StudyProfile, sets: EvalSets, module, dm, model, tok,
-                   result: dict) -> dict:
-    """The run's evaluations (``profile.evals_for(run)``) of ``model`` (the saved one, also ``module.model``)."""
-    from composer.evaluation.phrase_retrieval import evaluate_phrase_retrieval
-    from composer.evaluation.text_pairs import hard_negative_accuracy
-    from composer.study.evaluation import flat_report, generalisation_gap, sentence_retrieval
-    from composer.training.fit import add_twin_scores
-
-    device = next(model.parameters()).device
-    max_regions, mp = dm.cfg.max_regions, profile.max_pairs
-    evals = profile.evals_for(run)
-    result = {**result, "eval_seconds_by": {}}
-
-    def timed(name, fn):
-        t = time.perf_counter()
-        value = fn()
-        result["eval_seconds_by"][name] = round(time.perf_counter() - t, 1)
-        return value
-
-    if "val" in evals:  # the recipe search's criterion
-        result["val"] = timed("val", lambda: flat_report(module.evaluate_retrieval(
-            dm.retrieval_set("val", dm.cfg.val_images or profile.eval_images))))  # the plateau's monitor set
-    if "test" in evals:  # in-domain test and, on the compositional world, the systematic (productivity) set
-        for role in ("test", *(r for r in dm.eval_roles() if r != "productivity" or "productivity" in evals)):
-            result[role] = timed(role, lambda: flat_report(module.evaluate_retrieval(
-                dm.retrieval_set(role, profile.eval_images))))
-        if "systematic" in result:  # the generalisation gap, per seed (the tables average it)
-            result["gap"] = generalisation_gap(result["test"], result["systematic"])
-        timed("twins", lambda: add_twin_scores(module, dm, result))
-    test = sets.test(run.prune, max_regions, run.parser) if "phrase" in evals else None
-    mcd = sets.data["mcd"]
-    if "mcd" in evals:
-        split = sets.split_file(mcd["path"], mcd["num_images"], run.prune, max_regions, run.parser)
-        result["mcd"] = {**timed("mcd", lambda: sentence_retrieval(model, tok, split, device=device, max_pairs=mp)),
-                         "compound_divergence": mcd["compound_divergence"]}
-    if "windows" in evals:
-        result["windows"] = timed("windows", lambda: [
-            {**{k: w[k] for k in ("target", "compound_divergence", "atom_divergence", "window_start")},
-             **sentence_retrieval(model, tok, sets.split_file(w["path"], w["num_images"], run.prune, max_regions,
-                                                              run.parser), device=device, max_pairs=mp)}
-            for w in mcd["windows"]])
-    if "phrase" in evals:
-        result["phrase"] = timed("phrase", lambda: evaluate_phrase_retrieval(
-            model, test.regions.to(device), test.geometry.to(device), test.region_mask.to(device), tok, test.graph,
-            test.image_ids, truth=test.truth, captions=test.captions, per_caption=profile.phrases_per_caption,
-            seed=0, max_pairs=mp))
-    if "hard_negatives" in evals:
-        programs = sets.hn_programs(run.prune, run.parser)
-        result["hard_negatives"] = timed("hard_negatives", lambda: hard_negative_accuracy(
-            model, tok, sets.hn_set, programs, dm.store, max_regions=max_regions, device=device, max_pairs=mp))
-    if hasattr(module, "easy_to_learn_probe") and profile.probe_steps > 0:  # the CLIP family's (§4.4)
-        def probe():
-            curve = module.easy_to_learn_probe(_cycle(dm.train_dataloader()), steps=profile.probe_steps,
-                                               lr=profile.probe_lr, seed=0)
-            return {"accuracy": curve.accuracy, "text_to_image": curve.text_to_image, "loss": curve.loss}
-        result["probe"] = timed("probe", probe)
-    return result
-
-
-# the libraries' loggers a study keeps at WARNING (Lightning's seed and model-summary lines, once per run), in
-# gc-study's process (unless --verbose) and in its Ray workers alike
-QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "crg", "features", "composer")
-
-
-def quiet_library_logging(*info: str) -> None:
-    """:data:`QUIET_LOGGERS` at WARNING; the study's own lines (``composer.study``) and ``info``'s at INFO."""
-    import composer.training.fit  # noqa: F401  (imports Lightning, which sets its loggers' levels: first)
-
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for name in ("composer.study", *info):
-        logging.getLogger(name).setLevel(logging.INFO)
-
-
-def worker_logging() -> None:
-    """Logging of a Ray worker that trains study runs: the driver's levels plus each plateau run's progress
-    line (step, loss, steps/s, ETA, once a minute). Why: a worker starts with Python's defaults, where
-    Lightning's INFO lines reach the study's log (``log_to_driver``) for every run and the runs' own progress
-    lines do not, so a study's log showed model summaries and no step rate."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    quiet_library_logging("composer.training.fit")
-
-
 def execute_on_worker(*args, **kwargs) -> str:
-    """:func:`execute` in a Ray worker, with :func:`worker_logging`."""
+    """:func:`execute` in a Ray worker, with :func:`composer.training.log_levels.worker_logging`."""
+    from composer.training.log_levels import worker_logging
+
     worker_logging()
     return execute(*args, **kwargs)
 
@@ -272,17 +166,14 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
 
     if threads:
         torch.set_num_threads(threads)
-    directory = run_dir(out, run, seed)
+    directory = run_folder(out, run.name, seed)
     (directory / ERROR).unlink(missing_ok=True)
     try:
-        result = train_and_evaluate(run, seed, profile, EvalSets.shared(profile, data), directory, options,
-                                    callbacks)
+        result = train_and_evaluate(run, seed, profile, data, directory, options, callbacks)
     except Exception:  # one broken run must not stop the study: record it and go on
         write_text_atomic(directory / ERROR, traceback.format_exc())
         logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / ERROR)
         return f"{run.name} seed {seed}: failed (error.txt)"
-    import shutil
-
     shutil.rmtree(directory / "checkpoints", ignore_errors=True)  # optimiser state: the result is final
     if not options.keep_weights:
         shutil.rmtree(directory / result["model_dir"], ignore_errors=True)
@@ -294,60 +185,19 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
 
 # ---------------------------------------------------------------------------- the map over runs
 def ray_resources(options: StudyOptions) -> tuple[int, int]:
-    """Start Ray here (or join ``options.address``) unless it runs; returns the CPUs and GPUs of one run:
-    ``jobs`` runs at a time over all of Ray's CPUs, none larger than the smallest machine, a GPU per run
-    where there is one."""
+    """Start Ray here (or join ``options.address``) unless it runs, and check that its workers import this
+    code; returns the CPUs and GPUs of one of ``jobs`` runs at a time (:func:`crg.ray_engine.task_resources`)."""
     import ray
 
-    from crg.ray_engine import RayConnectError, check_address
+    from composer.provenance import check_worker_code
+    from crg.ray_engine import join_ray, task_resources
 
     if not ray.is_initialized():
-        check_address(options.address)  # nothing listening there: one error in 10 s, not ray.init's retries for ever
         env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
         env["RAY_CHDIR_TO_TRIAL_DIR"] = "0"  # Tune's trials keep the study's working directory (relative paths)
-        try:  # a local Ray started here is this process's: its raylet and workers end when it does
-            ray.init(address=options.address, num_cpus=None if options.address else os.cpu_count(),
-                     runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=True)
-        except Exception as err:  # Ray raises a bare Exception when its raylet does not start in time
-            where = f"the Ray cluster at --address {options.address}" if options.address else "a local Ray"
-            first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise RayConnectError(f"cannot start or join {where}: {first}") from err
-        if not options.address:  # Ray's agents outlive a driver killed with SIGKILL: a watcher ends them
-            from composer.study.fate import watch
-
-            watch()
+        join_ray(options.address, env)
         check_worker_code()
-    node_cpus = min(int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["Alive"])
-    cpus = max(1, min(node_cpus, int(ray.cluster_resources().get("CPU", 1)) // options.jobs))
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    return cpus, gpus
-
-
-class WorkerCodeMismatch(RuntimeError):
-    """Ray's workers import other library code than this process (a one-line error before any run)."""
-
-
-def check_worker_code() -> None:
-    """Raise :class:`WorkerCodeMismatch` unless a Ray worker imports the same library sources as this driver
-    (:func:`composer.provenance.code_identity`): runs trained by other code than the study records, or
-    trials whose function the workers cannot find, would otherwise surface hours later."""
-    import ray
-
-    from composer.provenance import code_identity
-
-    mine = code_identity()
-    try:
-        theirs = ray.get(ray.remote(code_identity).options(num_cpus=0).remote())
-    except Exception as err:  # a worker whose code lacks even this function
-        theirs = None
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-    if theirs is None or theirs.digest != mine.digest:
-        where = f"from {theirs.location}" if theirs else f"(they failed: {detail})"
-        raise WorkerCodeMismatch(
-            f"Ray's workers import other library code {where} than this process ({mine.location}): a local "
-            f"Ray's workers put the working directory first on sys.path, so start the study from the checkout "
-            f"the package is installed from (or set PYTHONPATH to the checkout you run from) and, on a cluster, "
-            f"install the same code on every node")
+    return task_resources(options.jobs)
 
 
 def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,
@@ -360,7 +210,7 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
     """
     todo = []
     for k, (run, seed) in enumerate(tasks, 1):
-        if (run_dir(out, run, seed) / RESULT).exists():
+        if (run_folder(out, run.name, seed) / RESULT).exists():
             logger.info("[%d/%d] %s seed %d: done before, skipped", k, len(tasks), run.name, seed)
         else:
             todo.append((run, seed))
@@ -384,4 +234,4 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
             logger.info("%s", ray.get(done[0]))
         except Exception as err:  # the worker died (killed, out of memory): no result; a rerun tries again
             logger.error("%s seed %d: the Ray task failed: %s", run.name, seed, err)
-            write_text_atomic(run_dir(out, run, seed) / ERROR, f"Ray task failed\n{err}\n")
+            write_text_atomic(run_folder(out, run.name, seed) / ERROR, f"Ray task failed\n{err}\n")

@@ -11,11 +11,7 @@ may grow between invocations; other profile settings may not).
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
-import time
-from datetime import datetime
 from pathlib import Path
 
 from composer.models.common.config import plain_config
@@ -26,49 +22,11 @@ from composer.study.data import check_study_dir, prepare_data
 from composer.study.execute import StudyOptions, run_tasks
 from composer.study.search import SEARCH_DIR, finish_search, read_chosen, run_asha_search, search_points, \
     search_tasks, with_chosen_recipe
+from crg.outputs import InvocationClock
 
-__all__ = ["WALL_FILE", "InvocationClock", "run_study", "study_tasks"]
+__all__ = ["run_study", "study_tasks"]
 
 logger = logging.getLogger(__name__)
-
-
-WALL_FILE = "wall_seconds.json"  # OUT/wall_seconds.json: {start of each invocation: its wall seconds}
-
-
-class InvocationClock:
-    """Writes this invocation's wall seconds into ``OUT/wall_seconds.json`` every ``every_s`` while the study
-    runs and when it ends, beside those of earlier invocations. Why: a study resumed after kills spans many
-    invocations, and one killed never reaches the report; the report's wall time is the sum of them all."""
-
-    def __init__(self, out: Path, every_s: float = 60.0):
-        self.path, self.every_s = Path(out) / WALL_FILE, every_s
-        self.started = time.perf_counter()
-        self.key = datetime.now().isoformat(timespec="milliseconds")  # two invocations never share a key
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, name="study-wall-clock", daemon=True)
-
-    def segments(self) -> dict[str, float]:
-        """Every invocation's wall seconds so far, this one's up to now."""
-        from crg.outputs import write_json_atomic
-
-        found = json.loads(self.path.read_text()) if self.path.exists() else {}
-        found[self.key] = round(time.perf_counter() - self.started, 1)
-        write_json_atomic(self.path, found)
-        return found
-
-    def _tick(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.segments()
-
-    def __enter__(self) -> InvocationClock:
-        self.segments()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.segments()
 
 
 def study_tasks(runs: list[StudyRun], seeds: list[int], profile: StudyProfile) -> list[tuple[StudyRun, int]]:
@@ -91,30 +49,24 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
     out.mkdir(parents=True, exist_ok=True)
     check_study_dir(out, profile, data)
     with InvocationClock(out) as clock:
-        return _run_study(out, profile, seeds=seeds, runs=runs, options=options, report_only=report_only, data=data,
-                          search=search, search_only=search_only, clock=clock)
-
-
-def _run_study(out: Path, profile: StudyProfile, *, seeds: list[int], runs: list[StudyRun], options: StudyOptions,
-               report_only: bool, data: str, search: bool, search_only: bool, clock: InvocationClock) -> dict:
-    logger.info("study %s: profile %s, seeds %s, %d runs", out, profile.name, seeds, len(runs))
-    study_data = prepare_data(profile, out)
-    if search or search_only:
-        points = search_points(runs, profile)
-        if not report_only and profile.plateau is not None and profile.plateau.asha_grace_positives is not None:
-            run_asha_search(points, profile, study_data, out / SEARCH_DIR, options)
-        elif not report_only:
-            run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)
-        chosen = finish_search(out, points, profile)
-        if search_only:
-            return {"search": chosen}
-    chosen = read_chosen(out)
-    runs = [with_chosen_recipe(r, chosen) for r in runs]
-    tasks = study_tasks(runs, seeds, profile)
-    if not report_only:
-        run_tasks(tasks, profile, study_data, out, options)
-    results = write_results(out, profile=plain_config(profile), seeds=seeds, runs=[r.name for r in runs],
-                            expected=[(r.name, s) for r, s in tasks], data=study_data, recipes=chosen,
-                            wall_seconds=clock.segments())
-    render_report(out, results)
-    return results
+        logger.info("study %s: profile %s, seeds %s, %d runs", out, profile.name, seeds, len(runs))
+        study_data = prepare_data(profile, out)
+        if search or search_only:
+            points = search_points(runs, profile)
+            if not report_only and profile.plateau is not None and profile.plateau.asha_grace_positives is not None:
+                run_asha_search(points, profile, study_data, out / SEARCH_DIR, options)
+            elif not report_only:
+                run_tasks(search_tasks(points), profile, study_data, out / SEARCH_DIR, options)
+            chosen = finish_search(out, points, profile)
+            if search_only:
+                return {"search": chosen}
+        chosen = read_chosen(out)
+        runs = [with_chosen_recipe(r, chosen) for r in runs]
+        tasks = study_tasks(runs, seeds, profile)
+        if not report_only:
+            run_tasks(tasks, profile, study_data, out, options)
+        results = write_results(out, profile=plain_config(profile), seeds=seeds, runs=[r.name for r in runs],
+                                expected=[(r.name, s) for r, s in tasks], data=study_data, recipes=chosen,
+                                wall_seconds=clock.segments())
+        render_report(out, results)
+        return results

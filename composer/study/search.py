@@ -1,171 +1,38 @@
-"""The equal-budget recipe search: every model of the study gets the same number of training runs
-(:data:`GRID_SIZE`, seed 0) at the profile's budget, scored on the ``val`` split only, and keeps the recipe
-with the best validation R@1 (``OUT/search/chosen.json``); every run of the study, the ablations too, starts
-from its model's chosen recipe.
+"""The equal-budget recipe search: every model of the study gets the same number of training runs (the grid of
+:mod:`composer.training.recipe_grid`, seed 0) at the profile's budget, scored on the ``val`` split only, and keeps
+the recipe with the best validation R@1 (``OUT/search/chosen.json``); every run of the study, the ablations too,
+starts from its model's chosen recipe.
 
-Why: a comparison is only fair when no model runs on a recipe tuned for another (the flat model sat at
-chance on COMPOSER's schedule, issue 17). The grid of each model (learning rates, and the init std where a
-randomly initialised weight reads it: :func:`init_is_searched`) is in docs/evaluation.md ("The recipe
-search"). Each point is an ordinary study run (``OUT/search/runs/POINT/seed0``). Under a plateau profile a
-run may train the whole budget, so six full runs per model would cost more than the study: there each
-model's grid is one Ray Tune search under ASHA (:func:`run_asha_search`), which stops the weakest
-configurations at ``asha_grace_positives`` and every ``asha_reduction``-fold step after.
-
->>> [p.name for p in search_grid("composer")][:2]
-['composer_lr1.7e-04_init0.02', 'composer_lr1.7e-04_init0.1']
->>> len(search_grid("il_clip")) == len(search_grid("vse")) == GRID_SIZE
-True
+Each point is an ordinary study run (``OUT/search/runs/POINT/seed0``). Under a plateau profile a run may train
+the whole budget, so six full runs per model would cost more than the study: there each model's grid is one Ray
+Tune search under ASHA (:func:`run_asha_search`), which stops the weakest configurations at
+``asha_grace_positives`` and every ``asha_reduction``-fold step after.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import math
-import signal
-import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from composer.models import registry
 from composer.report.results import RESULT, run_folder
+from composer.report.search import ASHA_FILE, read_asha_status, render_search_table, search_value, undecided_points
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.execute import StudyOptions, execute_on_worker, ray_resources
+from composer.training.recipe_grid import GRID_SIZE, SearchPoint, choose_recipes, search_grid
+from composer.training.tune_search import check_search_complete, tune_signal_handlers_restored
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["ASHA_FILE", "GRID_SIZE", "SEARCH_DIR", "SEARCH_SEED", "SearchInterrupted", "SearchPoint",
-           "check_search_complete", "choose_recipes", "finish_search", "init_is_searched", "named_lr",
-           "read_asha_status", "read_chosen", "render_search_table", "run_asha_search", "search_grid", "search_points",
-           "search_tasks", "search_value", "tune_signal_handlers_restored", "undecided_points",
-           "with_chosen_recipe"]
+__all__ = ["SEARCH_DIR", "SEARCH_SEED", "finish_search", "read_chosen", "run_asha_search", "search_points",
+           "search_tasks", "with_chosen_recipe"]
 
 logger = logging.getLogger(__name__)
-
-GRID_SIZE = 6
-SEARCH_SEED = 0
-LR_FACTORS = (1 / 3, 1.0, 3.0)                       # x the named recipe's, for the BERT-style models
-INIT_STDS = (0.02, 0.1)                              # BERT's initializer_range; the small preset's
-CLIP_LR_FACTORS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)    # x the named recipe's, where no init std is searched
-
-
-@dataclass(frozen=True)
-class SearchPoint:
-    """One configuration of the search: a model, its learning rate and (BERT-style models) its init std."""
-
-    model: str
-    lr: float
-    init: float | None = None
-
-    @property
-    def name(self) -> str:
-        """The run's name and folder (``composer_lr1.7e-04_init0.02``)."""
-        init = "" if self.init is None else f"_init{self.init:g}"
-        return f"{self.model}_lr{self.lr:.1e}{init}"
-
-    @property
-    def setting(self) -> str:
-        """What the point sets, for tables (``lr 1.7e-04, init 0.02``)."""
-        return f"lr {self.lr:.1e}" + ("" if self.init is None else f", init {self.init:g}")
-
-    def overrides(self) -> dict[str, Any]:
-        """:class:`composer.training.recipes.RecipeOverrides` fields of this point."""
-        out: dict[str, Any] = {"lr": self.lr}
-        if self.init is not None:
-            out["model"] = {"text": {"initializer_range": self.init}}
-        return out
-
-
-def named_lr(model: str) -> float:
-    """The learning rate of ``model``'s named ``world`` recipe (the grid's centre)."""
-    from composer.training.recipes import RecipeOverrides, named_recipe
-
-    recipe = named_recipe(model, "world", RecipeOverrides())
-    return recipe.il.lr if recipe.il is not None else recipe.optim.lr
-
-
-def init_is_searched(model: str, preset: str | None = None) -> bool:
-    """Whether the init std (``text.initializer_range``) reaches a weight ``model`` trains from random init.
-
-    >>> [init_is_searched(m, p) for m, p in [("vse", "small"), ("vse", "small-minilm"), ("flat", "small-minilm")]]
-    [True, False, True]
-    """
-    spec = registry.get(model)
-    if spec.step_schedule is not None:  # the CLIP family: its agents' own initialisation, no text encoder
-        return False
-    if spec.init_reaches_text_only and preset is not None:  # VSE: only its text encoder, unless pretrained
-        return spec.make_config(preset).text_model is None
-    return True
-
-
-def search_grid(model: str, preset: str | None = None) -> list[SearchPoint]:
-    """The :data:`GRID_SIZE` configurations ``model`` (at ``preset``; None = its named recipe's) is trained
-    with (module docstring)."""
-    base = named_lr(model)
-    if not init_is_searched(model, preset):
-        return [SearchPoint(model, _round(base * f)) for f in CLIP_LR_FACTORS]
-    return [SearchPoint(model, _round(base * f), init) for f in LR_FACTORS for init in INIT_STDS]
-
-
-def _round(x: float) -> float:
-    """Two significant digits, so names and configs read cleanly (1.7e-04, not 1.6666e-04)."""
-    return float(f"{x:.1e}")
-
-
-def choose_recipes(val_r1: Mapping[str, float | None], points: list[SearchPoint]) -> dict[str, dict]:
-    """Per model, the point with the highest validation R@1 (the first in grid order on a tie; a point that
-    failed or has no result is never chosen), as ``{model: {"lr", "init", "val_R@1", "run"}}``.
-
-    >>> pts = [SearchPoint("vse", 1e-3, 0.02), SearchPoint("vse", 3e-3, 0.02), SearchPoint("clip", 5e-4)]
-    >>> choose_recipes({pts[0].name: 10.0, pts[1].name: 12.0, pts[2].name: None}, pts)
-    {'vse': {'lr': 0.003, 'init': 0.02, 'val_R@1': 12.0, 'run': 'vse_lr3.0e-03_init0.02'}}
-    """
-    best: dict[str, tuple[float, SearchPoint]] = {}
-    for p in points:
-        r1 = val_r1.get(p.name)
-        if r1 is None or not math.isfinite(r1):
-            continue
-        if p.model not in best or r1 > best[p.model][0]:
-            best[p.model] = (r1, p)
-    return {m: {"lr": p.lr, "init": p.init, "val_R@1": r1, "run": p.name} for m, (r1, p) in best.items()}
-
-
-def render_search_table(val_r1: Mapping[str, float | None], points: list[SearchPoint], chosen: Mapping[str, dict],
-                        chance: float | None = None, stopped: Mapping[str, int | None] | None = None) -> str:
-    """The search as Markdown: one line per model, one column per configuration, the chosen one in bold
-    (a configuration ASHA stopped: its best val R@1 and where it was stopped)."""
-    stopped = stopped or {}
-    lines = ["### Recipe search: validation sentence R@1 of each configuration (seed 0)", ""]
-    by_model: dict[str, list[SearchPoint]] = {}
-    for p in points:
-        by_model.setdefault(p.model, []).append(p)
-    lines += ["| model | " + " | ".join(f"config {k + 1}" for k in range(GRID_SIZE)) + " | chosen |",
-              "|---|" + "---|" * (GRID_SIZE + 1)]
-    for model, pts in by_model.items():
-        cells = []
-        for p in pts:
-            r1 = val_r1.get(p.name)
-            text = f"{p.setting}: " + ("failed" if r1 is None else f"{r1:.1f}")
-            if stopped.get(p.name):
-                text += f" (stopped at {stopped[p.name] / 1000:.0f}K)"
-            cells.append(f"**{text}**" if chosen.get(model, {}).get("run") == p.name else text)
-        cells += [""] * (GRID_SIZE - len(cells))
-        pick = chosen.get(model)
-        setting = next((p.setting for p in pts if pick and p.name == pick["run"]), "–")
-        lines.append(f"| {model} | " + " | ".join(cells) + f" | {setting} |")
-    lines += ["", "Each model: the same number of runs at the profile's steps and batch; lr = learning rate, init = "
-              "the std of every randomly initialised weight (BERT-style models; the CLIP family uses CLIP's "
-              "width-scaled init, and no random weight of a VSE with a pretrained text side reads it: six learning "
-              "rates instead). Scored on the val split only." + (f" Chance R@1: {chance:.1f}." if chance else "")
-              + (" Stopped at N: ASHA ended the configuration after N positive pairs; its best validation "
-                 "is shown." if any(stopped.values()) else "")]
-    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------- the search as study runs
 SEARCH_DIR = "search"
+SEARCH_SEED = 0
 
 
 def search_points(runs: list[StudyRun], profile: StudyProfile) -> list:
@@ -187,7 +54,7 @@ def finish_search(out: Path, points: list, profile: StudyProfile) -> dict:
     """
     val_r1, chance, status = {}, None, read_asha_status(out / SEARCH_DIR)
     for p in points:
-        val_r1[p.name], point_chance = search_value(out / SEARCH_DIR, p)
+        val_r1[p.name], point_chance = search_value(out / SEARCH_DIR, p.name, SEARCH_SEED)
         chance = chance or point_chance
     searched = choose_recipes(val_r1, points)
     path = out / SEARCH_DIR / "chosen.json"
@@ -207,38 +74,12 @@ def finish_search(out: Path, points: list, profile: StudyProfile) -> dict:
     write_text_atomic(out / "tables" / "search.md",
                       render_search_table({**before.get("val_R@1", {}), **val_r1}, all_points, chosen, chance,
                                           {q.name: status.get(q.name, {}).get("stopped_at_positives")
-                                           for q in all_points}))
+                                           for q in all_points}, columns=GRID_SIZE))
     missing = sorted({p.model for p in points} - set(searched))
     if missing:
         raise SystemExit(f"error: the recipe search has no finished run for {missing}; rerun to retry")
     logger.info("recipe search: %s", {m: c["run"] for m, c in chosen.items()})
     return chosen
-
-
-ASHA_FILE = "asha.json"  # OUT/search/asha.json: each point's status under ASHA (run_asha_search)
-
-
-def read_asha_status(search_dir: Path) -> dict:
-    """``{point: {"model", "finished", "stopped_at_positives", "error"}}`` of an ASHA search ({} without one)."""
-    path = Path(search_dir) / ASHA_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def search_value(search_dir: Path, point: SearchPoint) -> tuple[float | None, float | None]:
-    """The point's val R@1 (its best validation under a plateau, as the study reports it) and chance R@1:
-    from its result when it finished, else from the curve of a trial ASHA stopped; (None, None) when it
-    has neither (failed, or not run yet)."""
-    directory = run_folder(search_dir, point.name, SEARCH_SEED)
-    if (directory / RESULT).exists():
-        val = json.loads((directory / RESULT).read_text())["val"]
-        return val["R@1"], val.get("chance_R@1")
-    if read_asha_status(search_dir).get(point.name, {}).get("stopped_at_positives") is not None:
-        from composer.training.curve import read_curve
-
-        best = read_curve(directory)[0].best() if (directory / "curve.json").exists() else None
-        if best is not None:
-            return best.metrics["R@1"], best.metrics.get("chance_R@1")
-    return None, None
 
 
 def read_chosen(out: Path) -> dict | None:
@@ -265,54 +106,6 @@ def with_chosen_recipe(run: StudyRun, chosen: dict | None) -> StudyRun:
 
 # ---------------------------------------------------------------------------- the search under ASHA (Ray Tune)
 METRIC, TIME = "val_R@1", "positives"
-
-
-class SearchInterrupted(RuntimeError):
-    """A model's search ended with trials still pending or running (Tune's answer to a stop signal)."""
-
-
-def check_search_complete(model: str, grid, finished: set[str], path: Path) -> None:
-    """Raise :class:`SearchInterrupted` unless every trial of ``grid`` (Tune's ``ResultGrid``) finished its run
-    (its point is in ``finished``: the run wrote its result), was stopped by ASHA or errored. Why: on SIGINT
-    ``Tuner.fit()`` saves its state, stops the running trials and *returns*; their status then reads TERMINATED
-    like ASHA's cuts, and only the last result's ``done`` flag, which Tune sets when its scheduler stops a trial,
-    tells a cut from an interruption (a run that ended by itself is known by its result file: a restored Tuner
-    does not keep its ``done``). A study that went on would choose this model's configuration from half-trained
-    trials and start the next model's search. A trial that never reported has no config (Tune's
-    ``Result.config`` is None): a stop before its first validation leaves it unfinished too."""
-    unfinished = sum(1 for result in grid if (result.config or {}).get("point") not in finished
-                     and result.error is None and not (result.metrics or {}).get("done"))
-    if unfinished:
-        raise SearchInterrupted(f"the recipe search of {model} stopped with {unfinished} of {len(grid)} trials "
-                                f"unfinished (a stop signal?); its state is saved in {path}: rerun the same "
-                                f"command to resume it")
-
-
-def undecided_points(names: list[str], status: Mapping[str, dict]) -> list[str]:
-    """The points a new search of a model trains: those ``asha.json`` has no outcome for, or an error. A
-    finished or cut point keeps its outcome when the search's Tune state is gone (a new Tuner over every point
-    would train the cut ones on from their checkpoints, past the rung that cut them).
-
-    >>> undecided_points(["a", "b", "c", "d"], {"a": {"error": None}, "b": {"error": "OOM"}})
-    ['b', 'c', 'd']
-    """
-    return [name for name in names if name not in status or status[name].get("error")]
-
-
-@contextlib.contextmanager
-def tune_signal_handlers_restored():
-    """Tune's fit installs its own SIGINT (and SIGUSR1) handler and puts the previous one back only when a
-    signal arrives: after a search, Ctrl-C during the study's runs printed Tune's "ending Ray Tune run" and
-    the study went on (one more Ctrl-C per model searched). The handlers are put back after the fit."""
-    names = [n for n in ("SIGINT", "SIGUSR1") if hasattr(signal, n)]
-    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
-    try:
-        yield
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for n, handler in before.items():
-                if handler is not None:  # None: a handler not installed from Python, which cannot be put back
-                    signal.signal(getattr(signal, n), handler)
 
 
 def _trial(config: dict, *, points: dict, profile: StudyProfile, data: dict, out: str, options: StudyOptions,

@@ -32,7 +32,7 @@ from pathlib import Path
 from crg.outputs import write_json_atomic, write_text_atomic
 
 __all__ = ["CURVE_CSV", "CURVE_JSON", "CurvePoint", "LearningCurve", "early_stop_index", "flat_metrics",
-           "last_quarter_gain", "read_curve"]
+           "last_quarter_gain", "read_curve", "read_train_curve"]
 
 CURVE_JSON, CURVE_CSV = "curve.json", "curve.csv"
 
@@ -182,3 +182,22 @@ def last_quarter_gain(curve: LearningCurve, metric: str = "R@1") -> float | None
     if not before:
         return None
     return max(every) - max(before)
+
+
+def read_train_curve(run: str | Path) -> dict:
+    """Per-step training losses of the run folder ``run`` from its last Lightning CSV log
+    (``logs/version_N/metrics.csv``; IL-CLIP's generation and phase when logged); {} without one."""
+    logs = sorted(Path(run).glob("logs/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+    if not logs:
+        return {}
+    keys = {"loss": "train/loss", "contrastive": "train/contrastive", "distill": "train/distill",
+            "generation": "il/generation", "phase": "il/phase", "match_acc": "train/match_acc"}
+    rows: dict[int, dict] = {}
+    with logs[-1].open() as f:
+        for rec in csv.DictReader(f):
+            if rec.get("step"):
+                rows.setdefault(int(float(rec["step"])), {}).update(
+                    {name: float(rec[col]) for name, col in keys.items() if rec.get(col) not in (None, "")})
+    steps = sorted(s for s, r in rows.items() if "loss" in r)
+    return {"step": steps, **{name: [rows[s].get(name) for s in steps] for name in keys
+                              if any(name in rows[s] for s in steps)}}

@@ -265,6 +265,8 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
             trainer.test(module, dataloaders=dm.eval_dataloader(role))
             results[role] = module.results.get(role)
         if trainer.is_global_zero:
+            from composer.evaluation.text_pairs import add_twin_scores
+
             add_twin_scores(module, dm, results)
     if control is not None and control.recorder.best_report is not None:
         results["val"] = control.recorder.best_report  # the validation the reported weights were chosen on
@@ -371,20 +373,6 @@ class _PlateauControl:
                                                       "epoch": best.epoch, "val": best.metrics},
                    "last_quarter_gain": last_quarter_gain(curve)}
         return {"plateau": summary, "curve": curve.to_dict()["points"], "curve_file": "curve.json"}
-
-
-def add_twin_scores(module, dm: CompositionDataModule, results: dict) -> None:
-    """Each test set's twin groups (a compositional world's minimal pairs), scored by the trained model:
-    ``results[role]["twins"]`` = text / image / group scores, overall and per kind."""
-    from composer.evaluation.text_pairs import twin_group_scores
-
-    for role in ("test", *dm.eval_roles()):
-        groups = dm.twin_groups(role)
-        if groups and results.get(role):
-            name, model = dm.parser()
-            results[role]["twins"] = twin_group_scores(
-                module.model, module.tokenizer, groups, dm.store, max_regions=dm.cfg.max_regions, parser_name=name,
-                parser_model=model, device=module.device, max_pairs=module.eval_max_pairs)
 
 
 def run_settings(recipe: TrainingRecipe, options: TrainerOptions) -> dict:

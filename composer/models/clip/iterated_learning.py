@@ -56,7 +56,8 @@ from torch import nn
 from composer.models.common.config import named_config
 
 __all__ = ["DISTILL_TARGETS", "PHASES", "SPAWN_TARGETS", "ContrastiveOutput", "ILConfig", "ILPhase",
-           "clip_contrastive_loss", "distillation_loss", "il_config", "negclip_config", "spawn", "swap_two_words"]
+           "clip_contrastive_loss", "distillation_loss", "il_config", "negclip_config", "scale_cycle", "spawn",
+           "swap_two_words"]
 
 PHASES = ("warmup", "distill", "interact")
 SPAWN_TARGETS = ("language", "vision", "alternate")
@@ -237,6 +238,21 @@ def negclip_config(preset: str = "small", **overrides: Any) -> ILConfig:
     """
     return il_config(preset, **{"negclip": True, **overrides})
 
+
+
+def scale_cycle(steps: dict[str, Any], scale: float) -> dict[str, Any]:
+    """IL-CLIP Table 4's generation cycle x ``scale``: :class:`ILConfig` fields ``steps`` with the distillation and
+    interaction steps scaled by ``scale`` and the number of generations by its inverse. The generations' steps are
+    kept; what rounding leaves goes to ``t_extend`` (the same total steps).
+
+    >>> scale_cycle({"t_warm": 40, "t_distill": 10, "t_interact": 40, "generations": 2, "t_extend": 30}, 0.5)
+    {'t_warm': 40, 't_distill': 5, 't_interact': 20, 'generations': 4, 't_extend': 30}
+    """
+    budget = steps["generations"] * (steps["t_distill"] + steps["t_interact"])
+    distill, interact = max(1, round(steps["t_distill"] * scale)), max(1, round(steps["t_interact"] * scale))
+    generations = max(1, budget // (distill + interact))
+    return {**steps, "t_distill": distill, "t_interact": interact, "generations": generations,
+            "t_extend": steps["t_extend"] + budget - generations * (distill + interact)}
 
 # ---------------------------------------------------------------------- spawn
 def spawn(model: nn.Module, which: str, generator: torch.Generator) -> nn.Module:

@@ -1,4 +1,5 @@
-"""Processes a study starts end with it, even when it is killed with SIGKILL.
+"""Processes a program starts end with it, even when it is killed with SIGKILL (the study's local Ray: beside
+:mod:`crg.ray_engine`, which starts one too).
 
 A local Ray started by the study's driver shares most of its fate (the raylet and the workers training runs
 end when the driver dies), but not all of it: after ``kill -9`` of a driver, Ray's dashboard agent and
@@ -8,7 +9,7 @@ descendants (refreshed every second, each with its start time so that a reused P
 once the driver is gone, kills those still running, then exits. After a normal exit Ray has stopped them
 already and the watcher finds none.
 
-Run as ``python -m composer.study.fate PID`` by :func:`watch`; not a command for users.
+Run as ``python -m crg.fate PID`` by :func:`watch`; not a command for users.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def watch(pid: int | None = None) -> subprocess.Popen | None:
     if pid in _WATCHED:
         return None
     _WATCHED.add(pid)
-    return subprocess.Popen([sys.executable, "-m", "composer.study.fate", str(pid)], stdin=subprocess.DEVNULL,
+    return subprocess.Popen([sys.executable, "-m", "crg.fate", str(pid)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             close_fds=True)
 
