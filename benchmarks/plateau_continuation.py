@@ -112,10 +112,11 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
     None: train the run again from its start (on CPU, Lightning's deterministic training repeats the
     budget's curve; :func:`render` shows whether it did). ``profile``: the study's (None: the named profile
     its ``study.json`` records)."""
-    from composer.study.config import get_profile, study_runs
-    from composer.study.data import EvalSets, prepare_data
+    from composer.report.results import run_folder
     from composer.study import execute
-    from composer.study.execute import StudyOptions, run_dir, run_recipe, train_and_evaluate
+    from composer.study.config import get_profile, study_runs
+    from composer.study.data import prepare_data
+    from composer.study.execute import StudyOptions, run_recipe, train_and_evaluate
     from composer.study.search import read_chosen, with_chosen_recipe
     from composer.training.fit import TrainerOptions, run_settings
     from crg.outputs import prepare_output_dir, release_output_dir
@@ -123,7 +124,7 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
     profile = profile or get_profile(json.loads((study / "study.json").read_text())["profile"]["name"])
     run = with_chosen_recipe(study_runs(profile, [run_name])[0], read_chosen(study))
     longer, extra_steps = longer_budget(profile, run.model, extra_positives)
-    directory = run_dir(out, run, seed)
+    directory = run_folder(out, run.name, seed)
     result_path = directory / "study_result.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
@@ -136,14 +137,14 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
                            settings=run_settings(recipe, TrainerOptions()))
         release_output_dir(directory)
         (directory / "checkpoints").mkdir(exist_ok=True)
-        old_dir = run_dir(study, run, seed) / "checkpoints"
+        old_dir = run_folder(study, run.name, seed) / "checkpoints"
         for name in ("best.ckpt", "last.ckpt"):  # last.ckpt last: its presence means the copy is complete
             moved_checkpoint(checkpoints / name, directory / "checkpoints" / name, old_dir,
                              directory / "checkpoints")
     data = prepare_data(profile, study)  # the study's data as it is (nothing is written there)
     study_schedule, execute.study_schedule = execute.study_schedule, longer_schedule(profile, extra_steps)
     try:  # train_and_evaluate fits the longer schedule
-        result = train_and_evaluate(run, seed, longer, EvalSets.shared(longer, data), directory, StudyOptions())
+        result = train_and_evaluate(run, seed, longer, data, directory, StudyOptions())
     finally:
         execute.study_schedule = study_schedule
     shutil.rmtree(directory / "checkpoints", ignore_errors=True)

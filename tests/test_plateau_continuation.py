@@ -35,8 +35,9 @@ def _values(curve):
 
 
 def test_a_continued_run_is_the_run_trained_longer(world_env):  # noqa: F811 -- the imported fixture
-    from composer.study.data import EvalSets, check_study_dir, prepare_data
-    from composer.study.execute import StudyOptions, run_dir, train_and_evaluate
+    from composer.report.results import run_folder
+    from composer.study.data import check_study_dir, prepare_data
+    from composer.study.execute import StudyOptions, train_and_evaluate
     from crg.outputs import write_json_atomic
 
     script = _script()
@@ -46,9 +47,8 @@ def test_a_continued_run_is_the_run_trained_longer(world_env):  # noqa: F811 -- 
     check_study_dir(study, profile, "world")
     data = prepare_data(profile, study)
     run = study_runs(profile, ["composer"])[0]
-    folder = run_dir(study, run, 0)
-    budget = train_and_evaluate(run, 0, profile, EvalSets.shared(profile, data), folder,
-                                StudyOptions(accelerator="cpu"))  # keeps its checkpoints (the study's execute
+    folder = run_folder(study, run.name, 0)
+    budget = train_and_evaluate(run, 0, profile, data, folder, StudyOptions(accelerator="cpu"))  # keeps its checkpoints (the study's execute
     write_json_atomic(folder / "study_result.json", budget)     # deletes them)
     assert budget["plateau"]["stopped"] == "max_positives" and budget["plateau"]["positives"] == BUDGET
 
