@@ -29,11 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from crg.outputs import write_json_atomic, write_text_atomic
+from crg.outputs import write_text_atomic
 
 logger = logging.getLogger("plateau_continuation")
 
@@ -47,7 +46,7 @@ def longer_budget(profile, model: str, extra_positives: int):
     batch = profile.schedules[registry.get(model).schedule_group].batch_size
     if batch is None:
         raise SystemExit(f"error: {profile.name}'s schedule for {model} has no fixed batch size")
-    extra_steps = -(-extra_positives // batch)
+    extra_steps = profile.plateau.steps(extra_positives, batch)  # whole steps, as the budget's are counted
     plateau = replace(profile.plateau, max_positives=profile.plateau.max_positives + extra_steps * batch)
     schedules = {group: replace(s, steps=s.steps + extra_steps) if s.steps is not None else s
                  for group, s in profile.schedules.items()}
@@ -89,6 +88,8 @@ def moved_checkpoint(src: Path, dst: Path, old_dir: Path, new_dir: Path) -> None
     """
     import torch
 
+    from composer.training.checkpoint_io import AtomicCheckpointIO
+
     ckpt = torch.load(src, map_location="cpu", weights_only=True)
 
     def moved(value):
@@ -100,9 +101,7 @@ def moved_checkpoint(src: Path, dst: Path, old_dir: Path, new_dir: Path) -> None
 
     ckpt["callbacks"] = {name: moved(state) if name.startswith(("ModelCheckpoint", "StepCheckpoint")) else state
                          for name, state in ckpt.get("callbacks", {}).items()}
-    tmp = dst.with_suffix(".tmp")
-    torch.save(ckpt, tmp)
-    tmp.replace(dst)
+    AtomicCheckpointIO().save_checkpoint(ckpt, dst)  # the trainer's own atomic writer
 
 
 def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: Path | None,
@@ -112,11 +111,11 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
     None: train the run again from its start (on CPU, Lightning's deterministic training repeats the
     budget's curve; :func:`render` shows whether it did). ``profile``: the study's (None: the named profile
     its ``study.json`` records)."""
-    from composer.report.results import run_folder
+    from composer.report.results import ERROR, RESULT, run_folder
     from composer.study import execute
     from composer.study.config import get_profile, study_runs
     from composer.study.data import prepare_data
-    from composer.study.execute import StudyOptions, run_recipe, train_and_evaluate
+    from composer.study.execute import StudyOptions, run_recipe
     from composer.study.search import read_chosen, with_chosen_recipe
     from composer.training.fit import TrainerOptions, run_settings
     from crg.outputs import prepare_output_dir, release_output_dir
@@ -125,7 +124,7 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
     run = with_chosen_recipe(study_runs(profile, [run_name])[0], read_chosen(study))
     longer, extra_steps = longer_budget(profile, run.model, extra_positives)
     directory = run_folder(out, run.name, seed)
-    result_path = directory / "study_result.json"
+    result_path = directory / RESULT
     if result_path.exists():
         return json.loads(result_path.read_text())
     if checkpoints is not None and not (directory / "checkpoints" / "last.ckpt").exists():  # from the checkpoint
@@ -143,14 +142,13 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
                              directory / "checkpoints")
     data = prepare_data(profile, study)  # the study's data as it is (nothing is written there)
     study_schedule, execute.study_schedule = execute.study_schedule, longer_schedule(profile, extra_steps)
-    try:  # train_and_evaluate fits the longer schedule
-        result = train_and_evaluate(run, seed, longer, data, directory, StudyOptions())
+    try:  # the study's own execute (train, evaluate, record, clean up) fits the longer schedule
+        logger.info(execute.execute(run, seed, longer, data, out, StudyOptions()))
     finally:
         execute.study_schedule = study_schedule
-    shutil.rmtree(directory / "checkpoints", ignore_errors=True)
-    shutil.rmtree(directory / result["model_dir"], ignore_errors=True)
-    write_json_atomic(result_path, result)
-    return result
+    if not result_path.exists():
+        raise SystemExit(f"error: {run.name} seed {seed} failed: its traceback is in {directory / ERROR}")
+    return json.loads(result_path.read_text())
 
 
 def _best_within(curve: list[dict], positives: int) -> float:
