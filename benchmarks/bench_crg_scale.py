@@ -72,8 +72,9 @@ def prefix_corpus(src: Path, dst: Path, num_captions: int) -> int:
 
 
 _LOAD = """
-import json, resource, sys, time
+import json, sys, time
 from crg.graph import load_graph
+from crg.shards import peak_rss_mb
 def rss_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
@@ -87,7 +88,7 @@ g.denotation(mid.id); g.caption_derivations(g.num_captions // 2)
 assert g.concept_id(g.concept_texts[g.num_concepts // 3]) == g.num_concepts // 3  # a lookup by text
 print(json.dumps({"load_seconds": round(opened, 3), "load_and_stats_seconds": round(time.perf_counter() - started, 3),
                   "load_rss_mb": round(rss_mb() - base, 1),
-                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  "peak_rss_mb": peak_rss_mb(),
                   "num_concepts": s["num_concepts"]}))
 """
 
@@ -132,8 +133,8 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
         "captions_per_second": round(stats["report"]["num_captions"] / wall, 1),
         "pipeline_seconds": eng["pipeline_seconds"], "merge_seconds": eng["merge_seconds"],
         "pipeline_captions_per_second": round(stats["report"]["num_captions"] / eng["pipeline_seconds"], 1),
-        "driver_peak_rss_mb": eng["driver_peak_rss_mb"], "worker_peak_rss_mb": eng["worker_peak_rss_mb"],
-        "merge_actor_peak_rss_mb": eng.get("merge_peak_rss_mb"), "merge_steps": eng.get("merge_steps"),
+        "driver_peak_rss_mb": eng["driver_peak_rss_mb"], "driver_cpu_seconds": eng.get("driver_cpu_seconds"),
+        "worker_peak_rss_mb": eng["worker_peak_rss_mb"], "merge_actor_peak_rss_mb": eng.get("merge_peak_rss_mb"), "merge_steps": eng.get("merge_steps"),
         "num_shards": eng["num_shards"], "num_concepts": stats["num_concepts"],
         "num_predicates": stats["num_predicates"], "num_derivations": stats["num_derivations"],
         "graph_mb": round(graph_bytes / 2**20, 1), "shard_outputs_mb": round(shard_bytes / 2**20, 1),
@@ -255,7 +256,7 @@ def main(argv=None) -> int:
             with open(results, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
     cols = ("engine", "merge", "parser", "captions", "workers", "wall_seconds", "captions_per_second",
-            "pipeline_captions_per_second", "merge_seconds", "driver_peak_rss_mb", "worker_peak_rss_mb",
+            "pipeline_captions_per_second", "merge_seconds", "driver_peak_rss_mb", "driver_cpu_seconds", "worker_peak_rss_mb",
             "merge_actor_peak_rss_mb", "num_concepts", "graph_mb", "graph_bytes_per_concept", "load_seconds", "load_rss_mb")
     print(" | ".join(cols))
     for r in rows:

@@ -107,6 +107,7 @@ class EngineReport:
     merge_seconds: float = 0.0      # of which the driver spent reading and merging shard files
     captions_per_second: float = 0.0
     driver_peak_rss_mb: float = 0.0
+    driver_cpu_seconds: float = 0.0  # the driver process's CPU time, user + system (what a head node spends)
     worker_peak_rss_mb: float = 0.0  # the largest actor's peak
     merge_steps: dict = field(default_factory=dict)  # --merge partitioned: seconds of each merge step
     merge_peak_rss_mb: float = 0.0  # --merge partitioned: the largest merge partition actor's peak
@@ -359,5 +360,6 @@ def build_crg_ray(corpus: Corpus, parser: ParserSpec, shard_dir: str | Path, *, 
     engine.merge_seconds = round(engine.merge_seconds, 2)
     engine.captions_per_second = round(report.num_captions / max(time.perf_counter() - started, 1e-9), 1)
     engine.driver_peak_rss_mb = peak_rss_mb()
+    engine.driver_cpu_seconds = round(time.process_time(), 2)
     engine.worker_peak_rss_mb = worker_peak
     return RayBuild(graph, report, engine)

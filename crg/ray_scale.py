@@ -275,5 +275,6 @@ def build_crg_partitioned(captions: str | Path, parser: ParserSpec, out_dir: str
     engine.pipeline_seconds = round(time.perf_counter() - pipeline_started, 2)
     engine.captions_per_second = round(report.num_captions / max(time.perf_counter() - started, 1e-9), 1)
     engine.driver_peak_rss_mb = peak_rss_mb()
+    engine.driver_cpu_seconds = round(time.process_time(), 2)
     engine.worker_peak_rss_mb = max((s.peak_rss_mb for s in summaries.values()), default=0.0)
     return PartitionedBuild(graph, report, engine)

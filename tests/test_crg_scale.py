@@ -299,3 +299,19 @@ def test_cli_partitioned_merge_same_stats_and_captions_as_the_default_engine(tmp
               "--merge", "partitioned"])
     with pytest.raises(SystemExit, match="--merge are options of --engine ray"):
         main([*base, "--out", str(tmp_path / "y"), "--merge", "partitioned"])
+
+
+def test_a_process_started_by_a_large_one_reports_its_own_peak_memory():
+    """The engines report each process's peak; ``ru_maxrss`` survives exec, so a build started by a benchmark that
+    held a corpus in memory reported the benchmark's size as the driver's."""
+    import subprocess
+    import sys
+
+    from crg.shards import peak_rss_mb
+
+    ballast = b"\x01" * (400 << 20)  # 400 MiB, written: resident in this process
+    assert peak_rss_mb() >= 400
+    child = subprocess.run([sys.executable, "-c", "from crg.shards import peak_rss_mb; print(peak_rss_mb())"],
+                           capture_output=True, text=True, check=True, cwd=ROOT)
+    assert float(child.stdout) < 200, child.stdout  # the interpreter and numpy, not the parent's 400 MiB
+    del ballast
