@@ -134,7 +134,8 @@ def run_build(corpus: Path, out: Path, workers: int, parser: str, shards: int | 
         "pipeline_seconds": eng["pipeline_seconds"], "merge_seconds": eng["merge_seconds"],
         "pipeline_captions_per_second": round(stats["report"]["num_captions"] / eng["pipeline_seconds"], 1),
         "driver_peak_rss_mb": eng["driver_peak_rss_mb"], "driver_cpu_seconds": eng.get("driver_cpu_seconds"),
-        "worker_peak_rss_mb": eng["worker_peak_rss_mb"], "merge_actor_peak_rss_mb": eng.get("merge_peak_rss_mb"), "merge_steps": eng.get("merge_steps"),
+        "worker_peak_rss_mb": eng["worker_peak_rss_mb"], "merge_actor_peak_rss_mb": eng.get("merge_peak_rss_mb"),
+        "merge_steps": eng.get("merge_steps"),
         "num_shards": eng["num_shards"], "num_concepts": stats["num_concepts"],
         "num_predicates": stats["num_predicates"], "num_derivations": stats["num_derivations"],
         "graph_mb": round(graph_bytes / 2**20, 1), "shard_outputs_mb": round(shard_bytes / 2**20, 1),
@@ -256,8 +257,9 @@ def main(argv=None) -> int:
             with open(results, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
     cols = ("engine", "merge", "parser", "captions", "workers", "wall_seconds", "captions_per_second",
-            "pipeline_captions_per_second", "merge_seconds", "driver_peak_rss_mb", "driver_cpu_seconds", "worker_peak_rss_mb",
-            "merge_actor_peak_rss_mb", "num_concepts", "graph_mb", "graph_bytes_per_concept", "load_seconds", "load_rss_mb")
+            "pipeline_captions_per_second", "merge_seconds", "driver_peak_rss_mb", "driver_cpu_seconds",
+            "worker_peak_rss_mb", "merge_actor_peak_rss_mb", "num_concepts", "graph_mb", "graph_bytes_per_concept",
+            "load_seconds", "load_rss_mb")
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r.get(c, "ray" if c == "engine" else r.get("error", ""))) for c in cols))

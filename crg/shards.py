@@ -414,7 +414,7 @@ def peak_rss_mb() -> float:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return round(int(line.split()[1]) / 2**10, 1)  # kB
-    except OSError:
+    except OSError:  # no /proc (macOS): getrusage below
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)  # bytes on macOS, KiB on Linux
