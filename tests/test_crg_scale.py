@@ -16,21 +16,14 @@ from conftest import ROOT
 from crg.build import build_crg
 from crg.corpus import CorpusFormatError, read_corpus
 from crg.corpus_ranges import check_range_corpus, plan_byte_ranges, read_byte_range
-from crg.graph import _ARRAYS, _STRINGS, ConceptGraph, load_graph
+from crg.graph import ConceptGraph, load_graph
+from crg.graph_compare import graph_differences
 from crg.graph_store import CodedStrings, HashIndex, StringTable
 from crg.ray_engine import ParserSpec, RayConfig
 from crg.ray_scale import build_crg_partitioned
 
 TOY = ROOT / "crg" / "data" / "toy_captions.jsonl"
 NOT_COMPARED = ("parse_seconds", "extract_seconds", "num_parsed", "num_from_cache")
-
-
-def assert_same_graph(got, want):
-    for name in _STRINGS:
-        assert list(getattr(got, name)) == list(getattr(want, name)), name
-    for name in _ARRAYS:
-        x, y = getattr(got, name), getattr(want, name)
-        assert x.dtype == y.dtype and np.array_equal(x, y), name
 
 
 def comparable(report) -> dict:
@@ -135,7 +128,7 @@ def test_columnar_graph_round_trip_memory_mapped(tmp_path, spacy_parser, awkward
     graph.save(tmp_path / "g", columnar=True)
     assert (tmp_path / "g" / "graph.json").exists() and not (tmp_path / "g" / "graph.npz").exists()
     loaded = load_graph(tmp_path / "g")
-    assert_same_graph(loaded, graph)
+    assert graph_differences(loaded, graph) == {}
     assert isinstance(loaded.concept_texts, StringTable) and isinstance(loaded.image_splits, CodedStrings)
     assert isinstance(loaded.caption_concepts, np.memmap) and not loaded.caption_concepts.flags.writeable
     assert loaded.meta == {"note": "x"} and loaded.stats() == graph.stats()
@@ -143,10 +136,10 @@ def test_columnar_graph_round_trip_memory_mapped(tmp_path, spacy_parser, awkward
     assert loaded.concept_id(text) == 5 and loaded.denotation(text) == graph.denotation(text)
     in_memory = load_graph(tmp_path / "g", mmap=False)
     assert not isinstance(in_memory.caption_concepts, np.memmap)
-    assert_same_graph(in_memory, graph)
+    assert graph_differences(in_memory, graph) == {}
     loaded.save(tmp_path / "g")  # back to the first layout, which replaces the columnar one
     assert not (tmp_path / "g" / "graph.json").exists()
-    assert_same_graph(ConceptGraph.load(tmp_path / "g"), graph)
+    assert graph_differences(ConceptGraph.load(tmp_path / "g"), graph) == {}
 
 
 def test_a_damaged_columnar_graph_says_what_is_wrong(tmp_path, spacy_parser):
@@ -206,7 +199,7 @@ def test_partitioned_build_gives_the_default_engines_graph(tmp_path, spacy_parse
     build = build_crg_partitioned(awkward_corpus, ParserSpec("spacy"), tmp_path / "out", splits=splits,
                                   config=RayConfig(shards=shards), num_partitions=partitions,
                                   dump_path=tmp_path / "got.jsonl", progress=False, use_ray=False)
-    assert_same_graph(build.graph, want)
+    assert graph_differences(build.graph, want) == {}
     for name in ("concept_texts", "predicate_templates", "image_ids"):  # the merge's index = one built whole
         index, whole = getattr(build.graph, name).lookup, HashIndex.build(getattr(build.graph, name))
         assert np.array_equal(index.hashes, whole.hashes) and np.array_equal(index.order, whole.order), name
@@ -221,7 +214,7 @@ def test_partitioned_build_of_a_tsv_gives_the_default_engines_graph(tmp_path, sp
     want, want_report = build_crg(read_corpus(tsv_corpus), spacy_parser, progress=False)
     build = build_crg_partitioned(tsv_corpus, ParserSpec("spacy"), tmp_path / "out", config=RayConfig(shards=6),
                                   num_partitions=2, progress=False, use_ray=False)
-    assert_same_graph(build.graph, want)
+    assert graph_differences(build.graph, want) == {}
     assert comparable(build.report) == comparable(want_report)
     assert build.graph.meta["corpus_format"] == want.meta["corpus_format"] == "tsv"
 
@@ -246,7 +239,7 @@ def test_a_rerun_keeps_finished_shards_and_redoes_a_part_without_summary(tmp_pat
     again = build_crg_partitioned(awkward_corpus, ParserSpec("spacy"), tmp_path / "o", config=RayConfig(shards=3),
                                   progress=False, use_ray=False)
     assert again.engine.shards_reused == 2 and again.engine.shards_run == 1
-    assert_same_graph(again.graph, first.graph)
+    assert graph_differences(again.graph, first.graph) == {}
 
 
 # ------------------------------------------------------------------------------------- through Ray
@@ -270,7 +263,7 @@ def test_partitioned_ray_build_gives_the_default_graph_even_when_an_actor_dies(t
     build = build_crg_partitioned(path, ParserSpec("spacy"), tmp_path / "out", config=config, num_partitions=2,
                                   progress=False)
     assert (tmp_path / "out" / "shards" / "00002.crashed-once").exists()
-    assert_same_graph(build.graph, want)
+    assert graph_differences(build.graph, want) == {}
     assert comparable(build.report) == comparable(want_report)
     assert build.engine.workers == 2 and build.engine.shards_run == 4
 
@@ -293,7 +286,7 @@ def test_cli_partitioned_merge_same_stats_and_captions_as_the_default_engine(tmp
         stats["report"] = {k: v for k, v in stats["report"].items() if k not in NOT_COMPARED}
     assert part == single
     assert (tmp_path / "part" / "captions.jsonl").read_text() == (tmp_path / "single" / "captions.jsonl").read_text()
-    assert_same_graph(load_graph(tmp_path / "part"), load_graph(tmp_path / "single"))
+    assert graph_differences(load_graph(tmp_path / "part"), load_graph(tmp_path / "single")) == {}
     with pytest.raises(SystemExit, match="uncompressed JSONL"):
         main(["--captions", str(tmp_path / "single" / "stats.json"), "--out", str(tmp_path / "x"), "--engine", "ray",
               "--merge", "partitioned"])
