@@ -40,7 +40,7 @@ logger = logging.getLogger("plateau_continuation")
 def longer_budget(profile, model: str, extra_positives: int):
     """``profile`` with a budget ``extra_positives`` larger (whole steps of ``model``'s batch), and the
     extra steps. Its schedules are lengthened by those steps only so that the profile stays valid (every
-    schedule spans the budget); training fits the study's own (:func:`longer_schedule`)."""
+    schedule spans the budget); training fits the study's own, longer (:func:`longer_schedule`)."""
     from composer.models import registry
 
     batch = profile.schedules[registry.get(model).schedule_group].batch_size
@@ -54,29 +54,24 @@ def longer_budget(profile, model: str, extra_positives: int):
     return replace(profile, plateau=plateau, schedules=schedules, il=il), extra_steps
 
 
-def longer_schedule(profile, extra_steps: int):
-    """A stand-in for the study's ``study_schedule`` that fits the schedule of ``profile`` (the study's
-    own, so the warm-up and /10 steps are bit for bit the study's) and lets training run ``extra_steps``
-    past its end, at the rate it ended on (the schedule is constant after its last /10)."""
-    from composer.study import execute
+def longer_schedule(run, profile, extra_steps: int):
+    """``train()``'s ``fit_schedule`` for ``run``: the study's (:func:`composer.study.execute.study_schedule` of
+    ``profile``, so the warm-up and /10 steps are bit for bit the study's), running ``extra_steps`` past its
+    end at the rate it ended on (the schedule is constant after its last /10)."""
+    from composer.study.execute import study_schedule
 
-    study_schedule = execute.study_schedule
+    fit = study_schedule(run, profile)
 
-    def schedule(run, _longer_profile):
-        fit = study_schedule(run, profile)
+    def fit_longer(recipe, steps_per_epoch: int):
+        if recipe.il is not None:
+            raise SystemExit("error: the CLIP family's schedule has phases: continuing it is not defined here")
+        recipe, _, steps = fit(recipe, steps_per_epoch)
+        steps += extra_steps
+        epochs = -(-steps // steps_per_epoch)  # steps, not epochs, end it: a resumed end-of-training checkpoint
+        # is at the next epoch's start (Lightning counts the epoch the budget cut as done)
+        return replace(recipe, optim=replace(recipe.optim, epochs=epochs)), -1, steps
 
-        def fit_longer(recipe, steps_per_epoch: int):
-            if recipe.il is not None:
-                raise SystemExit("error: the CLIP family's schedule has phases: continuing it is not defined here")
-            recipe, _, steps = fit(recipe, steps_per_epoch)
-            steps += extra_steps
-            epochs = -(-steps // steps_per_epoch)  # steps, not epochs, end it: a resumed end-of-training
-            return replace(recipe, optim=replace(recipe.optim, epochs=epochs)), -1, steps  # checkpoint is at
-            # the next epoch's start (Lightning counts the epoch the budget cut as done)
-
-        return fit_longer
-
-    return schedule
+    return fit_longer
 
 
 def moved_checkpoint(src: Path, dst: Path, old_dir: Path, new_dir: Path) -> None:
@@ -112,10 +107,9 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
     budget's curve; :func:`render` shows whether it did). ``profile``: the study's (None: the named profile
     its ``study.json`` records)."""
     from composer.report.results import ERROR, RESULT, run_folder
-    from composer.study import execute
     from composer.study.config import get_profile, study_runs
     from composer.study.data import prepare_data
-    from composer.study.execute import StudyOptions, run_recipe
+    from composer.study.execute import StudyOptions, execute, run_recipe
     from composer.study.search import read_chosen, with_chosen_recipe
     from composer.training.fit import TrainerOptions, run_settings
     from crg.outputs import prepare_output_dir, release_output_dir
@@ -141,11 +135,9 @@ def continue_run(study: Path, out: Path, run_name: str, seed: int, checkpoints: 
             moved_checkpoint(checkpoints / name, directory / "checkpoints" / name, old_dir,
                              directory / "checkpoints")
     data = prepare_data(profile, study)  # the study's data as it is (nothing is written there)
-    study_schedule, execute.study_schedule = execute.study_schedule, longer_schedule(profile, extra_steps)
-    try:  # the study's own execute (train, evaluate, record, clean up) fits the longer schedule
-        logger.info(execute.execute(run, seed, longer, data, out, StudyOptions()))
-    finally:
-        execute.study_schedule = study_schedule
+    # the study's own execute (train, evaluate, record, clean up) with the longer schedule
+    logger.info(execute(run, seed, longer, data, out, StudyOptions(),
+                        fit_schedule=longer_schedule(run, profile, extra_steps)))
     if not result_path.exists():
         raise SystemExit(f"error: {run.name} seed {seed} failed: its traceback is in {directory / ERROR}")
     return json.loads(result_path.read_text())

@@ -94,7 +94,7 @@ def test_the_longer_schedule_is_the_studys_then_constant():
     recipe = run_recipe(run, 0, profile)
     spe = 7  # steps per epoch: the budget's 10 steps cross an epoch boundary
     ours, _, steps = study_schedule(run, profile)(recipe, spe)
-    theirs, max_epochs, longer_steps = script.longer_schedule(profile, extra_steps)(run, longer)(recipe, spe)
+    theirs, max_epochs, longer_steps = script.longer_schedule(run, profile, extra_steps)(recipe, spe)
     assert longer_steps == steps + extra_steps and max_epochs == -1
     rates = [ours.optim.factor(s / spe) for s in range(steps + 1)]
     assert [theirs.optim.factor(s / spe) for s in range(steps + 1)] == rates  # bit for bit

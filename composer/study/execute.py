@@ -88,18 +88,19 @@ def study_schedule(run: StudyRun, profile: StudyProfile):
 
 # ---------------------------------------------------------------------------- one run
 def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path,
-                       options: StudyOptions, callbacks=()) -> dict:
+                       options: StudyOptions, callbacks=(), fit_schedule=None) -> dict:
     """Train one run for one seed with ``train()`` into ``out`` and evaluate its saved model; returns the
     study's result (written by the caller). A folder a kill left half-trained is resumed from its last
     checkpoint (runs to the plateau are long), or overwritten when that cannot be done (a fixed-budget
     run, other settings, a checkpoint cut short). ``data``: the study's (:func:`composer.study.data.prepare_data`);
-    ``callbacks`` go to the trainer (the search's reporter)."""
+    ``callbacks`` go to the trainer (the search's reporter); ``fit_schedule``: ``train()``'s (None: the study's,
+    :func:`study_schedule`; benchmarks/plateau_continuation.py passes a longer one)."""
     from composer.evaluation.eval_sets import EvalSets
     from composer.evaluation.suite import evaluate_suite
     from composer.training.fit import TrainerOptions, train
 
     trained = {}
-    recipe, schedule = run_recipe(run, seed, profile), study_schedule(run, profile)
+    recipe, schedule = run_recipe(run, seed, profile), fit_schedule or study_schedule(run, profile)
     sets = EvalSets.shared(profile.world_data(), profile.eval_images, data["world"]["features"],  # read before training
                            data["hard_negatives"]["path"], PRUNE_SEED)
 
@@ -158,7 +159,7 @@ def execute_on_worker(*args, **kwargs) -> str:
 
 
 def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Path, options: StudyOptions,
-            threads: int | None = None, callbacks=()) -> str:
+            threads: int | None = None, callbacks=(), fit_schedule=None) -> str:
     """Train, evaluate and record one (run, seed) in its folder; returns a log line. A run that raises (a
     non-finite loss, say) leaves its traceback in ``error.txt`` and no result: the study goes on, the
     report lists it as failed and a rerun tries it again."""
@@ -169,7 +170,7 @@ def execute(run: StudyRun, seed: int, profile: StudyProfile, data: dict, out: Pa
     directory = run_folder(out, run.name, seed)
     (directory / ERROR).unlink(missing_ok=True)
     try:
-        result = train_and_evaluate(run, seed, profile, data, directory, options, callbacks)
+        result = train_and_evaluate(run, seed, profile, data, directory, options, callbacks, fit_schedule)
     except Exception:  # one broken run must not stop the study: record it and go on
         write_text_atomic(directory / ERROR, traceback.format_exc())
         logger.exception("%s seed %d failed; traceback in %s", run.name, seed, directory / ERROR)
