@@ -295,3 +295,25 @@ def test_every_model_size_preset_is_selectable_on_the_command_line():
     assert set(model_presets()) == set(composer_cfg.PRESETS) and set(VSE_PRESETS) <= set(model_presets())
     args = train_baseline.build_argparser().parse_args(["--model", "flat", "--preset", "small-minilm", "--out", "x"])
     assert args.preset == "small-minilm"
+
+
+@pytest.mark.parametrize("args", [["--model", "negclip"], ["--model", "il_clip", "--negclip"]])
+def test_negclip_and_il_negclip_train_through_the_command(tiny_world, tmp_path, args):
+    """NegCLIP and IL-NegCLIP (IL-CLIP's Table 8) through gc-train-baseline: the saved recipe has both negative
+    kinds on, and the checkpoint carries the filled image pool (issue 36)."""
+    out = tmp_path / "run"
+    rc = train_baseline.main([*args, "--data", str(tiny_world / "captions.jsonl"),
+                              "--features", str(tiny_world / "features.h5"), "--preset", "tiny",
+                              "--batch-size", "8", "--max-regions", "12", "--eval-images", "6", "--max-steps", "6",
+                              "--accelerator", "cpu", "--out", str(out), "--quiet"])
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"] == args[1] and 0 < results["test"]["num_images"] <= 6
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 6
+    pool = ckpt["negclip_image_pool"]
+    assert 8 <= len(pool["image_ids"]) == len(set(pool["image_ids"])) == pool["embeddings"].shape[0]
+    il = results["config"]["recipe"]["il"] if "recipe" in results["config"] else results["config"]["il"]
+    assert il["negclip"] and il["image_negatives"] >= 1  # both kinds: word swaps and pool neighbours
+    saved = registry.load_pretrained(out / results["model_dir"])
+    assert (saved.model.codebook is not None) == (args[1] == "il_clip")  # IL-NegCLIP keeps IL-CLIP's codebook
