@@ -290,7 +290,8 @@ def test_recursive_average_weighs_siblings_equally_like_vl_compo():
 
 def test_eval_set_is_plain_data_and_pair_scores_give_the_naive_accuracies():
     rng = random.Random(0)
-    negs = [HardNegative(t, f"neg {k} {t}", f"cap {k}", crg_hn.Change("op", ("a",), ("b",)), f"im{k}")
+    negs = [HardNegative(t, f"neg {k} {t}", f"cap {k}", crg_hn.Change(rng.choice(["op", "op2"]), ("a",), ("b",)),
+                         f"im{k}")
             for k in range(12) for t in rng.sample(HN_TYPES, rng.randint(1, 4))]
     distractors = {(f"im{k}", f"cap {k}"): [f"im{(k + j) % 12}" for j in (1, 2, 3)] for k in range(0, 12, 2)}
     es = build_eval_set(negs, distractors=distractors, name="toy")
@@ -301,7 +302,7 @@ def test_eval_set_is_plain_data_and_pair_scores_give_the_naive_accuracies():
     got = evaluate_pair_scores(es, scores)
     assert evaluate_pair_scores(es, [scores[p] for p in pairs]) == got
     # naive reference: loop over items
-    i2t, t2i, grp, by_type = [], [], [], {}
+    i2t, t2i, grp, by_type, by_edit = [], [], [], {}, {}
     for item in es["items"]:
         pos = scores[(item["image_id"], item["positive"])]
         ok_c = all(pos > scores[(item["image_id"], n["text"])] for n in item["negatives"])
@@ -309,6 +310,10 @@ def test_eval_set_is_plain_data_and_pair_scores_give_the_naive_accuracies():
         for t in {n["type"] for n in item["negatives"]}:
             by_type.setdefault(t, []).append(all(pos > scores[(item["image_id"], n["text"])]
                                                  for n in item["negatives"] if n["type"] == t))
+        for e in {(n["type"], n["change"]["op"]) for n in item["negatives"]}:
+            by_edit.setdefault("/".join(e), []).append(all(pos > scores[(item["image_id"], n["text"])]
+                                                           for n in item["negatives"]
+                                                           if (n["type"], n["change"]["op"]) == e))
         if item["distractor_images"]:
             ok_i = all(pos > scores[(d, item["positive"])] for d in item["distractor_images"])
             t2i.append(ok_i)
@@ -316,6 +321,9 @@ def test_eval_set_is_plain_data_and_pair_scores_give_the_naive_accuracies():
     assert got["i2t"] == pytest.approx(100 * np.mean(i2t))
     assert got["t2i"] == pytest.approx(100 * np.mean(t2i)) and got["group"] == pytest.approx(100 * np.mean(grp))
     assert got["i2t_by_type"] == pytest.approx({t: 100 * np.mean(v) for t, v in by_type.items()})
+    assert got["i2t_by_edit"] == pytest.approx({e: 100 * np.mean(v) for e, v in by_edit.items()})
+    assert len(got["i2t_by_edit"]) > len(got["i2t_by_type"])  # both edits occur under some type
+    assert sum(got["counts"]["negatives_by_edit"].values()) == len(negs)
     assert got["average"] == pytest.approx(recursive_average(got["tree"]))
     assert got["counts"]["with_distractors"] == 6 and got["counts"]["with_both"] == 6
     with pytest.raises(ValueError, match="scores for the"):

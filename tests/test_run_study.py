@@ -551,3 +551,31 @@ def test_a_study_grown_by_a_new_model_searches_it_alone_and_keeps_the_other_choi
     finish_search(out, searched("negclip", best=2), profile)  # no negclip run trained yet: allowed
     with pytest.raises(SystemExit, match=r"runs of \['vse'\] trained before this recipe search"):
         finish_search(out, searched("vse", best=3), profile)
+
+
+def test_hard_negatives_by_edit_reads_each_edit_and_names_every_edit_the_world_makes(tiny_world):
+    """The by-edit table shows ``i2t_by_edit``; its columns are the edits the world's generator makes (a renamed
+    edit would leave a column of dashes)."""
+    import json as json_
+
+    from composer.report.tables import _EDITS
+    from features.world.generate import load_scenes
+    from features.world.hard_negatives import WorldHardNegatives, WorldNegativeConfig
+    from features.world.scene import WorldConfig
+
+    spec = next(s for s in TABLES if s.key == "hard_negatives_by_edit")
+    res = _results({"composer": {0: {"hard_negatives": {"i2t_by_edit": {"HN-ATOM/replace_relation": 50.0,
+                                                                         "HN-SWAP/swap_arguments": 54.0}}}}})
+    line = next(x for x in render_table(spec, res).splitlines() if x.startswith("| COMPOSER |"))
+    cells = [c.strip() for c in line.split("|")[2:-2]]
+    assert cells[_EDITS.index("HN-ATOM/replace_relation")] == "50.0"
+    assert cells[_EDITS.index("HN-SWAP/swap_arguments")] == "54.0" and cells.count("–") == len(_EDITS) - 2
+
+    scenes = load_scenes(tiny_world / "scenes.jsonl.gz")
+    gen = WorldHardNegatives(scenes, WorldConfig(), WorldNegativeConfig(per_type=3, seed=0, distractor_images=0))
+    made = set()
+    for line in (tiny_world / "captions.jsonl").read_text().splitlines():
+        rec = json_.loads(line)
+        for caption in rec["captions"]:
+            made |= {f"{n.type}/{n.change.op}" for n in gen.caption_negatives(rec["image_id"], caption).negatives}
+    assert made <= set(_EDITS) and len(made) >= 6, sorted(made)

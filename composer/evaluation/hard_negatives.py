@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["wins", "i2t_accuracy", "t2i_accuracy", "group_accuracy", "accuracy_by_type", "recursive_average",
-           "average_tree", "build_eval_set", "eval_pairs", "evaluate_pair_scores", "restrict_eval_set",
+           "average_tree", "build_eval_set", "edit_of", "eval_pairs", "evaluate_pair_scores", "restrict_eval_set",
            "world_hard_negative_set", "EVAL_SET_VERSION"]
 
 EVAL_SET_VERSION = 1
@@ -231,8 +231,9 @@ def evaluate_pair_scores(eval_set: Mapping, scores) -> dict:
             score``.
 
     Returns:
-        ``{"i2t", "i2t_by_type", "t2i", "group", "counts", "tree", "average"}``: accuracies in
-        percent (``None`` where no item qualifies), item counts, the score tree ``{"I2T": {type:
+        ``{"i2t", "i2t_by_type", "i2t_by_edit", "t2i", "group", "counts", "tree", "average"}``: accuracies in
+        percent (``None`` where no item qualifies; by edit: ``"HN-ATOM/replace_relation"``, each item against
+        its negatives of that edit, :func:`edit_of`), item counts, the score tree ``{"I2T": {type:
         ...}, "T2I": ..., "Group": ...}`` and its :func:`recursive_average`.
     """
     pairs = eval_pairs(eval_set)
@@ -251,6 +252,7 @@ def evaluate_pair_scores(eval_set: Mapping, scores) -> dict:
     neg = np.zeros((n, max(k, 1)))                                                             # (N, K)
     neg_mask = np.zeros((n, max(k, 1)), dtype=bool)
     neg_type = np.full((n, max(k, 1)), "", dtype=object)
+    neg_edit = np.full((n, max(k, 1)), "", dtype=object)  # "HN-ATOM/replace_relation": the type and its edit
     img = np.zeros((n, max(m, 1)))                                                             # (N, M)
     img_mask = np.zeros((n, max(m, 1)), dtype=bool)
     for r, item in enumerate(items):
@@ -258,6 +260,7 @@ def evaluate_pair_scores(eval_set: Mapping, scores) -> dict:
             neg[r, c] = lookup[(item["image_id"], neg_item["text"])]
             neg_mask[r, c] = True
             neg_type[r, c] = neg_item["type"]
+            neg_edit[r, c] = f"{neg_item['type']}/{edit_of(neg_item.get('change'))}"
         for c, image in enumerate(item["distractor_images"]):
             img[r, c] = lookup[(image, item["positive"])]
             img_mask[r, c] = True
@@ -268,12 +271,29 @@ def evaluate_pair_scores(eval_set: Mapping, scores) -> dict:
     group = group_accuracy(pos[both], neg[both], img[both], neg_mask[both], img_mask[both]) if both.any() else None
     by_type = accuracy_by_type(pos[has_neg], neg[has_neg], neg_type[has_neg].astype(str),
                                neg_mask[has_neg]) if has_neg.any() else {}
+    by_edit = accuracy_by_type(pos[has_neg], neg[has_neg], neg_edit[has_neg].astype(str),
+                               neg_mask[has_neg]) if has_neg.any() else {}
     tree = {"I2T": by_type or None, "T2I": t2i, "Group": group}
     counts = {"items": n, "with_negatives": int(has_neg.sum()), "with_distractors": int(has_img.sum()),
               "with_both": int(both.sum()), "negatives_by_type": {
-                  t: int((neg_type[neg_mask] == t).sum()) for t in sorted(set(neg_type[neg_mask].tolist()))}}
-    return {"i2t": i2t, "i2t_by_type": by_type, "t2i": t2i, "group": group, "counts": counts, "tree": tree,
-            "average": recursive_average(tree)}
+                  t: int((neg_type[neg_mask] == t).sum()) for t in sorted(set(neg_type[neg_mask].tolist()))},
+              "negatives_by_edit": {
+                  e: int((neg_edit[neg_mask] == e).sum()) for e in sorted(set(neg_edit[neg_mask].tolist()))}}
+    return {"i2t": i2t, "i2t_by_type": by_type, "i2t_by_edit": by_edit, "t2i": t2i, "group": group,
+            "counts": counts, "tree": tree, "average": recursive_average(tree)}
+
+
+def edit_of(change) -> str:
+    """The edit a negative made (``replace_relation``, ``swap_arguments``, ...): its change's ``op``; ``?`` when
+    the record has none (sets written before edits were recorded, or by hand).
+
+    Why: one CREPE type mixes edits a model may find easy and hard. HN-ATOM replaces a colour, a shape *or a
+    relation word*; only the last asks for the two objects' positions, as HN-SWAP does.
+
+    >>> edit_of({"op": "replace_relation", "before": ["in front of"]}), edit_of(None)
+    ('replace_relation', '?')
+    """
+    return str(change["op"]) if isinstance(change, Mapping) and change.get("op") else "?"
 
 
 def restrict_eval_set(eval_set: Mapping, usable: Mapping[str, object]) -> tuple[dict, dict]:

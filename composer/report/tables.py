@@ -282,6 +282,10 @@ _STRUCTURAL_ROWS = (Row("COMPOSER + structural", "composer_structneg"), Row("Fla
                     Row("VSE + structural", "vse_structneg"), Row("CLIP + structural", "clip_structneg"),
                     Row("NegCLIP (2x text) + structural", "negclip_structneg"))
 _KINDS = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")
+#: the world's negatives by type and edit (features/world/hard_negatives.py's change ops), in a reading order
+_EDITS = ("HN-ATOM/replace_attribute", "HN-ATOM/replace_shape", "HN-ATOM/replace_relation", "HN-SWAP/swap_arguments",
+          "HN-NEG/negate_attribute", "HN-NEG/negate_caption", "HN-COMP/move_attribute", "HN-COMP/swap_attributes",
+          "HN-COMP/split_compound")
 _LOKO_ROWS = tuple(Row(f"{label}, all but {kind}", f"{run}_structneg_no_{kind[3:].lower()}", label)
                    for run, label in (("composer", "COMPOSER"), ("clip", "CLIP")) for kind in _KINDS)
 
@@ -420,6 +424,16 @@ TABLES: tuple[TableSpec, ...] = (
               note="I2T: the true caption above all its negatives of the type (CREPE); T2I: the true image above "
                    "distractor images holding the caption's objects; Group: both; Avg: vl_compo's recursive "
                    "average of I2T (by type), T2I and Group. Accuracies in %, ties count as failures."),
+    TableSpec("hard_negatives_by_edit",
+              "Hard negatives by edit: which change of the caption each model detects (I2T, test images)",
+              _MAIN_ROWS + _NEGCLIP_ROWS + _STRUCTURAL_ROWS,
+              tuple(Column(edit.replace("/", " "), _HN + ("i2t_by_edit", edit)) for edit in _EDITS),
+              note="Each CREPE type split by the edit that made the negative (crg.hard_negatives' change ops): "
+                   "HN-ATOM replaces an attribute (replace_attribute: colour, size, material), a shape (replace_shape) or a relation "
+                   "word (replace_relation, e.g. in front of -> behind: like HN-SWAP, only the objects' positions "
+                   "tell it false); HN-NEG negates an attribute or the caption; HN-COMP moves, exchanges or splits "
+                   "attributes. Chance 50 for one negative. A model trained with HN-NEG negatives can separate them "
+                   "by their words alone: no true caption of the world is negated."),
     TableSpec("il_table4", "IL-CLIP Table 4: ablations",
               (Row("cycle x0.5", "il_cycle_short", "Generation cycle"), Row("cycle x1", "il_clip", "Generation cycle"),
                Row("cycle x2", "il_cycle_long", "Generation cycle"),
