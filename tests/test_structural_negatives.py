@@ -63,6 +63,9 @@ def test_training_negatives_are_false_of_their_image_and_never_a_held_out_compou
             total += 1
         kinds_seen.update(n.type for n in source.verified.generator.caption_negatives(image_id, caption).negatives)
     assert total > 100 and kinds_seen == set(ALL)
+    stats = source.stats.as_dict()  # what the training log and results.json report
+    assert stats["kept"] == total == sum(stats["kept_by_kind"].values()) and set(stats["kept_by_kind"]) == set(ALL)
+    assert "HN-SWAP" in source.describe() and str(total) in source.describe()
     # the held-out filter is not idle: the generator alone names held-out compounds in some negatives
     assert source.stats.dropped.get("mentions a held-out compound", 0) > 0, source.describe()
 
@@ -76,6 +79,7 @@ def test_evaluation_captions_are_never_negatives_and_kinds_are_honoured(world):
                                       banned_texts=[made[0].upper() + " "])   # case and spacing aside
     assert made[0] not in banned.negatives(image_id, caption)
     assert banned.stats.dropped.get("an evaluation caption") == 1
+    assert banned.stats.kept == full.stats.kept - 1 == sum(banned.stats.kept_by_kind.values())
     swaps = StructuralNegativeSource(world.world_dir, StructuralNegativeConfig(kinds=("HN-SWAP",), per_type=3))
     swap_texts = set(swaps.negatives(image_id, caption))
     assert swap_texts <= set(made)                       # the same generator, restricted to one kind
@@ -181,3 +185,18 @@ def _lightning_free_step(module, batch):
     module.mark_trained = lambda *a, **k: None
     module.optimizers = lambda: type("O", (), {"param_groups": [{"lr": 0.0}]})()
     return module.training_step(batch, 0)
+
+
+def test_a_run_reports_the_structural_negatives_it_could_draw_from(world, tmp_path):
+    """Through the ordinary command: results.json says how many verified negatives of each asked kind training met
+    (and the log line says the same), so a reader can tell how much of the signal was, say, HN-SWAP."""
+    from composer.cli import train_baseline
+
+    out = tmp_path / "run"
+    assert train_baseline.main(["--model", "vse", "--data", "world", "--world-images", str(IMAGES), "--preset", "tiny",
+                                "--batch-size", "8", "--max-regions", "12", "--eval-images", "6", "--max-steps", "4",
+                                "--structural-negatives", "HN-SWAP,HN-ATOM", "--accelerator", "cpu",
+                                "--out", str(out), "--quiet"]) == 0
+    got = json.loads((out / "results.json").read_text())["structural_negatives"]
+    assert 32 <= got["captions"] and got["kept"] == sum(got["kept_by_kind"].values()) > 0
+    assert set(got["kept_by_kind"]) <= {"HN-SWAP", "HN-ATOM"} and got["kept_by_kind"].get("HN-ATOM", 0) > 0

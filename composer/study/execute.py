@@ -143,6 +143,8 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: di
                                  phrases_per_caption=profile.phrases_per_caption, probe_steps=profile.probe_steps,
                                  probe_lr=profile.probe_lr, prune=run.prune, parser=run.parser))
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
+    if "structural_negatives" in fit:  # the structural negatives training could draw from, by kind
+        result["structural_negatives"] = fit["structural_negatives"]
     if "plateau" in fit:  # where the reported weights come from, why training stopped, the learning curve
         result.update(plateau=fit["plateau"], curve=fit["curve"])
     result["train_curve"] = read_train_curve(out)

@@ -258,6 +258,9 @@ def fit_and_report(run: PreparedRun, options: TrainerOptions, out: Path, *, resu
                     "global_step": int(trainer.global_step)})
     if control is not None:
         results.update(control.report(trainer))
+    if dm.structural is not None:  # what training could draw from (issue 36): kept by kind, dropped by reason
+        logger.info(dm.structural.describe())
+        results["structural_negatives"] = dm.structural.stats.as_dict()
     if options.test:
         trainer.test(module, datamodule=dm)
         results["test"] = module.results.get("test")

@@ -112,18 +112,21 @@ class StructuralNegativeSource:
         key = (image_id, caption)
         if key not in self._cache:
             kept = []
-            for text in self.verified.negatives(image_id, caption):
+            for text, kind in self.verified.typed_negatives(image_id, caption):
                 if normalize_text(text) in self.banned:
                     self.stats.drop("an evaluation caption")
-                    self.stats.kept -= 1
+                    self.stats.count_kept(kind, -1)
                     continue
                 kept.append(text)
             self._cache[key] = tuple(kept)
         return self._cache[key]
 
     def describe(self) -> str:
+        """One line for the log: what was kept, by kind, and what was dropped and why, over the training captions
+        this process has drawn negatives for (a resumed run: since it resumed)."""
         s = self.stats
-        return (f"structural negatives ({', '.join(self.cfg.kinds)}): {s.kept} kept for {s.captions} captions; "
+        return (f"structural negatives ({', '.join(self.cfg.kinds)}): {s.kept} kept for {s.captions} captions "
+                f"({', '.join(f'{k} {n}' for k, n in sorted(s.kept_by_kind.items())) or 'none'}); "
                 f"dropped {s.dropped or 'none'}")
 
 

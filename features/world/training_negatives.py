@@ -45,10 +45,20 @@ class TrainingNegativeStats:
 
     captions: int = 0
     kept: int = 0
+    kept_by_kind: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
 
     def drop(self, why: str) -> None:
         self.dropped[why] = self.dropped.get(why, 0) + 1
+
+    def count_kept(self, kind: str, n: int = 1) -> None:
+        """``n`` more kept negatives of ``kind`` (negative ``n``: dropped after all, by a later check)."""
+        self.kept += n
+        self.kept_by_kind[kind] = self.kept_by_kind.get(kind, 0) + n
+
+    def as_dict(self) -> dict:
+        return {"captions": self.captions, "kept": self.kept, "kept_by_kind": dict(sorted(self.kept_by_kind.items())),
+                "dropped": dict(sorted(self.dropped.items()))}
 
 
 class WorldTrainingNegatives:
@@ -75,6 +85,10 @@ class WorldTrainingNegatives:
 
     def negatives(self, image_id: str, caption: str) -> list[str]:
         """The negatives of one caption of ``image_id`` that pass both checks (possibly none)."""
+        return [text for text, _ in self.typed_negatives(image_id, caption)]
+
+    def typed_negatives(self, image_id: str, caption: str) -> list[tuple[str, str]]:
+        """``(text, CREPE type)`` of each negative :meth:`negatives` keeps."""
         self.stats.captions += 1
         kept = []
         for neg in self.generator.caption_negatives(image_id, caption).negatives:
@@ -86,6 +100,6 @@ class WorldTrainingNegatives:
                 if lf is None or self.held_out.holds_any(caption_compounds(lf, self.held_out.attribute_kind)):
                     self.stats.drop("mentions a held-out compound")
                     continue
-            kept.append(neg.text)
-        self.stats.kept += len(kept)
+            kept.append((neg.text, neg.type))
+            self.stats.count_kept(neg.type)
         return kept
