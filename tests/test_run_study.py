@@ -296,6 +296,11 @@ def test_smoke_study_writes_every_file_and_a_rerun_only_trains_what_is_missing(w
         r = runs[name]["seeds"]["0"]
         assert r["config"]["data"]["hard_negative_captions"] == 1 and "R@1" in r["val"], name
     assert runs["composer"]["seeds"]["0"]["config"]["data"]["hard_negative_captions"] == 0
+    # issue 36: IL-NegCLIP runs as a study run; structural negatives say what training could draw from
+    assert runs["il_negclip"]["seeds"]["0"]["config"]["il"]["negclip"]
+    structural = runs["composer_structneg"]["seeds"]["0"]["structural_negatives"]
+    assert structural["kept"] == sum(structural["kept_by_kind"].values()) > 0
+    assert "structural_negatives" not in composer
     assert "R@1" in composer["val"]
     assert results["study"]["data"]["mcd"]["compounds"] == "semantic"  # the world's logical-form compounds
     assert set(results["study"]["data"]["mcd"]["compound_divergences"]) >= {"semantic", "template"}
