@@ -281,6 +281,9 @@ _NEGCLIP_ROWS = (Row("NegCLIP (2x text)", "negclip"), Row("IL-NegCLIP (2x text)"
 _STRUCTURAL_ROWS = (Row("COMPOSER + structural", "composer_structneg"), Row("Flat + structural", "flat_structneg"),
                     Row("VSE + structural", "vse_structneg"), Row("CLIP + structural", "clip_structneg"),
                     Row("NegCLIP (2x text) + structural", "negclip_structneg"))
+_SWAP_ONLY_ROWS = (Row("COMPOSER + HN-SWAP only", "composer_structneg_swap_only"),
+                   Row("Flat + HN-SWAP only", "flat_structneg_swap_only"),
+                   Row("CLIP + HN-SWAP only", "clip_structneg_swap_only"))
 _KINDS = ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP")
 #: the world's negatives by type and edit (features/world/hard_negatives.py's change ops), in a reading order
 _EDITS = ("HN-ATOM/replace_attribute", "HN-ATOM/replace_shape", "HN-ATOM/replace_relation", "HN-SWAP/swap_arguments",
@@ -340,7 +343,7 @@ TABLES: tuple[TableSpec, ...] = (
                    "group: both. Chance: 25 / 25 / 16.7; ties count as failures (001's conventions)."),
     TableSpec("twin_interaction",
               "Twin groups: does the caption preference depend on the image? (beside the Winoground scores)",
-              _MAIN_ROWS + _NEGCLIP_ROWS + _STRUCTURAL_ROWS,
+              _MAIN_ROWS + _NEGCLIP_ROWS + _STRUCTURAL_ROWS + _SWAP_ONLY_ROWS,
               tuple(Column(f"{label} {kind} {header}", (role, "twins", "interaction", kind, key), digits=digits)
                     for role, label in (("test", "in-domain"), ("systematic", "systematic"))
                     for kind in ("relation", "binding")
@@ -370,14 +373,20 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("structural_leave_one_out",
               "Structural negatives, leave one kind out: does training on the other kinds transfer to it?",
               (Row("COMPOSER, all kinds", "composer_structneg", "COMPOSER"),) + _LOKO_ROWS[:4]
-              + (Row("CLIP, all kinds", "clip_structneg", "CLIP"),) + _LOKO_ROWS[4:],
+              + (Row("COMPOSER, HN-SWAP only", "composer_structneg_swap_only", "COMPOSER"),
+                 Row("Flat, all kinds", "flat_structneg", "Flat cross-modal"),
+                 Row("Flat, HN-SWAP only", "flat_structneg_swap_only", "Flat cross-modal"),
+                 Row("CLIP, all kinds", "clip_structneg", "CLIP"),) + _LOKO_ROWS[4:]
+              + (Row("CLIP, HN-SWAP only", "clip_structneg_swap_only", "CLIP"),),
               tuple(Column(f"I2T {t}", _HN + ("i2t_by_type", t)) for t in _KINDS)
               + (Column("systematic relation group", ("systematic", "twins", "relation", "group")),
                  Column("systematic binding group", ("systematic", "twins", "binding", "group")),
                  Column("in-domain R@1", ("test", "R@1"))),
               note="Each 'all but' row trains with the other three kinds only: its I2T on the left-out kind (the "
                    "hard-negative evaluation, on test images) is transfer; compare with the all-kinds row and with "
-                   "the model without structural negatives (structural_negatives table)."),
+                   "the model without structural negatives (structural_negatives table). 'HN-SWAP only': every "
+                   "structural negative exchanges a relation's two arguments (captions without a relation get "
+                   "none), the strongest signal for a relation's direction these runs give."),
     TableSpec("composer_table3", "COMPOSER Table 3: primitive encoding with and without CrossAtt",
               (Row("✗ (mean of sub-words)", "composer_no_crossatt"), Row("✓ (CrossAtt)", "composer")), _IN_MCD),
     TableSpec("composer_table4", "COMPOSER Table 4: modulators",
@@ -426,7 +435,9 @@ TABLES: tuple[TableSpec, ...] = (
                    "average of I2T (by type), T2I and Group. Accuracies in %, ties count as failures."),
     TableSpec("hard_negatives_by_edit",
               "Hard negatives by edit: which change of the caption each model detects (I2T, test images)",
-              _MAIN_ROWS + _NEGCLIP_ROWS + _STRUCTURAL_ROWS,
+              _MAIN_ROWS + _NEGCLIP_ROWS + _STRUCTURAL_ROWS
+              + tuple(Row(f"{r.group} + structural, {r.label.split(', ')[1]}", r.run) for r in _LOKO_ROWS)
+              + _SWAP_ONLY_ROWS,
               tuple(Column(edit.replace("/", " "), _HN + ("i2t_by_edit", edit)) for edit in _EDITS),
               note="Each CREPE type split by the edit that made the negative (crg.hard_negatives' change ops): "
                    "HN-ATOM replaces an attribute (replace_attribute: colour, size, material), a shape (replace_shape) or a relation "
