@@ -443,8 +443,10 @@ TABLES: tuple[TableSpec, ...] = (
                    "HN-ATOM replaces an attribute (replace_attribute: colour, size, material), a shape (replace_shape) or a relation "
                    "word (replace_relation, e.g. in front of -> behind: like HN-SWAP, only the objects' positions "
                    "tell it false); HN-NEG negates an attribute or the caption; HN-COMP moves, exchanges or splits "
-                   "attributes. Chance 50 for one negative. A model trained with HN-NEG negatives can separate them "
-                   "by their words alone: no true caption of the world is negated."),
+                   "attributes. Chance 50 for one negative. Text alone gives some away "
+                   "(benchmarks/world_blind_negatives.py): HN-NEG (no true caption of the world is negated) and "
+                   "compound splits (an added 'and') fully, relation-word replacements mostly; HN-SWAP and attribute "
+                   "swaps keep every word."),
     TableSpec("il_table4", "IL-CLIP Table 4: ablations",
               (Row("cycle x0.5", "il_cycle_short", "Generation cycle"), Row("cycle x1", "il_clip", "Generation cycle"),
                Row("cycle x2", "il_cycle_long", "Generation cycle"),
