@@ -584,3 +584,33 @@ def test_hard_negatives_by_edit_reads_each_edit_and_names_every_edit_the_world_m
         for caption in rec["captions"]:
             made |= {f"{n.type}/{n.change.op}" for n in gen.caption_negatives(rec["image_id"], caption).negatives}
     assert made <= set(_EDITS) and len(made) >= 6, sorted(made)
+
+
+def test_a_study_trains_from_another_studys_chosen_recipes(tmp_path):
+    """--recipes-from: the other study's chosen.json is adopted with where it came from, a rerun keeps it (also when
+    the source has moved since), and a study holding another choice is refused."""
+    from composer.cli.study import build_argparser, study_config
+    from composer.study.search import adopt_recipes, read_chosen
+    from crg.outputs import write_json_atomic
+
+    source, out = tmp_path / "converge", tmp_path / "longer"
+    choice = {"composer": {"run": "composer_lr5e-4_init0.02", "lr": 5e-4, "init": 0.02}}
+    write_json_atomic(source / "search" / "chosen.json", {"chosen": choice, "val_R@1": {"x": 1.0}, "profile": "cpu"})
+    assert adopt_recipes(out, source) == choice == read_chosen(out)
+    saved = json.loads((out / "search" / "chosen.json").read_text())
+    assert saved["from"] == str(source.resolve()) and saved["val_R@1"] == {"x": 1.0}
+    assert adopt_recipes(out, source) == choice                                  # a rerun: the same choice
+    (source / "search" / "chosen.json").rename(source / "moved.json")
+    assert adopt_recipes(out, source) == choice                                  # the source gone: kept
+    with pytest.raises(SystemExit, match="does not exist"):
+        adopt_recipes(tmp_path / "fresh", source)
+    write_json_atomic(source / "search" / "chosen.json", {"chosen": {"composer": {**choice["composer"], "lr": 1e-3}}})
+    with pytest.raises(SystemExit, match="another recipe choice"):
+        adopt_recipes(out, source)
+
+    ap = build_argparser()
+    argv = ["--profile", "smoke", "--out", str(out), "--recipes-from", str(source)]
+    assert study_config(ap, argv, ap.parse_args(argv)).recipes_from == str(source)
+    with pytest.raises(SystemExit):
+        argv = [*argv, "--search"]
+        study_config(ap, argv, ap.parse_args(argv))

@@ -22,9 +22,9 @@ def recorded(monkeypatch):
     calls = []
 
     def fake_run_study(out, profile, *, seeds, runs, options, report_only=False, data="world", search=False,
-                       search_only=False):
+                       search_only=False, recipes_from=None):
         calls.append({"profile": profile.name, "seeds": seeds, "runs": [r.name for r in runs], "options": options,
-                      "search": search, "search_only": search_only})
+                      "search": search, "search_only": search_only, "recipes_from": recipes_from})
         return {"runs": {}, "study": {"complete": True, "missing": [], "failed": {}, "train_seconds_total": 0,
                                       "eval_seconds_total": 0}}
 
@@ -45,6 +45,11 @@ def test_a_saved_study_configuration_runs_the_same_study_again(tmp_path, recorde
     # a flag beside the file wins
     assert cli.main(["--config", str(first / "config.yaml"), "--seeds", "5", "--out", str(tmp_path / "c")]) == 0
     assert recorded[2]["seeds"] == [5] and recorded[2]["runs"] == ["composer", "vse"]
+    assert recorded[0]["recipes_from"] is None
+    # --recipes-from reaches the study and its saved configuration
+    assert cli.main(["--out", str(tmp_path / "d"), "--profile", "smoke", "--recipes-from", str(first)]) == 0
+    assert recorded[3]["recipes_from"] == str(first) and not recorded[3]["search"]
+    assert yaml.safe_load((tmp_path / "d" / "config.yaml").read_text())["recipes_from"] == str(first)
 
 
 def test_print_config_fills_in_the_profiles_choices(capsys):

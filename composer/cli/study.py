@@ -57,6 +57,10 @@ def build_argparser() -> argparse.ArgumentParser:
                     help="first the equal-budget recipe search (each model: 6 runs on seed 0, scored on val; "
                          "composer/study/search.py) into OUT/search, then the study from the chosen recipes")
     ap.add_argument("--search-only", action="store_true", help="the recipe search alone (OUT/search, tables/search.md)")
+    ap.add_argument("--recipes-from", metavar="STUDY",
+                    help="train from the recipes another study's search chose (STUDY/search/chosen.json, copied to "
+                         "OUT/search with where it came from), e.g. a longer budget from a finished search; not with "
+                         "--search")
     ap.add_argument("--keep-weights", action="store_true",
                     help="keep each run's model (OUT/runs/RUN/seedS/model, a save_pretrained folder gc-evaluate loads)")
     ap.add_argument("--report-only", action="store_true",
@@ -79,7 +83,7 @@ def study_config(ap: argparse.ArgumentParser, argv: list[str], args: argparse.Na
     cli = StudyConfig(data=args.data, profile=args.profile,
                       seeds=args.seeds,
                       runs=[r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None,
-                      search=args.search, search_only=args.search_only,
+                      search=args.search, search_only=args.search_only, recipes_from=args.recipes_from,
                       options=StudyOptions(args.accelerator, args.precision, args.keep_weights,
                                            jobs=args.jobs if args.jobs is not None else 0, address=args.address))
     if args.config:
@@ -88,6 +92,8 @@ def study_config(ap: argparse.ArgumentParser, argv: list[str], args: argparse.Na
         if "jobs" not in given and (merged.get("options") or {}).get("jobs") is None:
             merged.setdefault("options", {})["jobs"] = 0
         cli = typed(StudyConfig, merged, source=f"--config {args.config}")
+    if cli.recipes_from and (cli.search or cli.search_only):
+        ap.error("--recipes-from and --search / --search-only exclude each other: the recipes come from one")
     if cli.profile not in PROFILES:
         ap.error(f"--profile {cli.profile!r}: choose one of {', '.join(sorted(PROFILES))}")
     profile = get_profile(cli.profile)
@@ -141,7 +147,8 @@ def main(argv=None) -> int:
         check_address(config.options.address)  # before any work: nothing listening there is one error in 10 s
         results = run_study(args.out, profile, seeds=config.seeds, runs=study_runs(profile, config.runs),
                             report_only=args.report_only, data=config.data, search=config.search,
-                            search_only=config.search_only, options=config.options)
+                            search_only=config.search_only, recipes_from=config.recipes_from,
+                            options=config.options)
     except (RayConnectError, SearchInterrupted, WorkerCodeMismatch) as err:
         raise SystemExit(f"error: {err}") from None
     if not args.report_only:  # the configuration this invocation ran (seeds and runs may grow later); after the

@@ -19,7 +19,7 @@ CONFIG_FILE = "config.yaml"
 
 #: gc-study's flags (argparse destinations) -> the fields of :class:`StudyConfig` they set
 PATHS = {"data": ("data",), "profile": ("profile",), "seeds": ("seeds",), "runs": ("runs",), "search": ("search",),
-         "search_only": ("search_only",), **{k: (f"options.{k}",) for k in ("accelerator", "precision",
+         "search_only": ("search_only",), "recipes_from": ("recipes_from",), **{k: (f"options.{k}",) for k in ("accelerator", "precision",
                                                                              "keep_weights", "jobs", "address")}}
 
 
@@ -33,6 +33,8 @@ class StudyConfig:
         seeds: the seeds of every run (None: the profile's).
         runs: run names, a subset of the profile's (None: all of them).
         search, search_only: the equal-budget recipe search first, or alone.
+        recipes_from: another study folder whose search's chosen recipes this study trains from (instead of a
+            search of its own).
         options: how the runs execute (:class:`composer.study.execute.StudyOptions`; a file without
             ``jobs`` takes the profile's; the saved file holds the number used).
     """
@@ -43,4 +45,5 @@ class StudyConfig:
     runs: list[str] | None = None
     search: bool = False
     search_only: bool = False
+    recipes_from: str | None = None
     options: StudyOptions = field(default_factory=StudyOptions)

@@ -20,8 +20,8 @@ from composer.report.results import write_results
 from composer.study.config import StudyProfile, StudyRun
 from composer.study.data import check_study_dir, prepare_data
 from composer.study.execute import StudyOptions, run_tasks
-from composer.study.search import SEARCH_DIR, finish_search, read_chosen, run_asha_search, search_points, \
-    search_tasks, with_chosen_recipe
+from composer.study.search import (SEARCH_DIR, adopt_recipes, finish_search, read_chosen, run_asha_search,
+                                   search_points, search_tasks, with_chosen_recipe)
 from crg.outputs import InvocationClock
 
 __all__ = ["run_study", "study_tasks"]
@@ -36,15 +36,18 @@ def study_tasks(runs: list[StudyRun], seeds: list[int], profile: StudyProfile) -
 
 def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs: list[StudyRun],
               options: StudyOptions, report_only: bool = False, data: str = "world", search: bool = False,
-              search_only: bool = False) -> dict:
+              search_only: bool = False, recipes_from: str | Path | None = None) -> dict:
     """Prepare the data, train and evaluate every unfinished (run, seed), and write the report.
 
     ``search`` first runs the equal-budget recipe search (composer/study/search.py) into ``out/search``
-    and trains the study from the chosen recipes (``search_only``: the search alone). ``report_only``
+    and trains the study from the chosen recipes (``search_only``: the search alone); ``recipes_from``: from
+    another study's chosen recipes instead (:func:`composer.study.search.adopt_recipes`). ``report_only``
     trains nothing. Returns ``results.json``'s content (``{"search": chosen}`` for the search alone).
     """
     if options.jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {options.jobs}")
+    if recipes_from is not None and (search or search_only):
+        raise ValueError("recipes_from and a recipe search exclude each other: the study's recipes come from one")
     out = Path(out).resolve()  # absolute: Ray workers and restored Tune trials may start in another directory
     out.mkdir(parents=True, exist_ok=True)
     check_study_dir(out, profile, data)
@@ -60,6 +63,8 @@ def run_study(out: str | Path, profile: StudyProfile, *, seeds: list[int], runs:
             chosen = finish_search(out, points, profile)
             if search_only:
                 return {"search": chosen}
+        if recipes_from is not None:
+            adopt_recipes(out, Path(recipes_from))
         chosen = read_chosen(out)
         runs = [with_chosen_recipe(r, chosen) for r in runs]
         tasks = study_tasks(runs, seeds, profile)

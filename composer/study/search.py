@@ -82,6 +82,32 @@ def finish_search(out: Path, points: list, profile: StudyProfile) -> dict:
     return chosen
 
 
+def adopt_recipes(out: Path, source: Path) -> dict:
+    """Train the study in ``out`` from the recipes another study's search chose (``source/search/chosen.json``).
+
+    Why: a study at a longer budget or on more seeds can start from an equal-budget search already run, instead of
+    a new one (the search's choice is then the shorter budget's; ``chosen.json`` records where it came from). A
+    study that already holds another choice is refused, so one study never mixes recipes.
+    """
+    src = Path(source) / SEARCH_DIR / "chosen.json"
+    path = out / SEARCH_DIR / "chosen.json"
+    if path.exists() and not src.is_file() and json.loads(path.read_text()).get("from"):
+        logger.warning("%s is gone: the study keeps the recipes it adopted from it (%s)", src, path)
+        return json.loads(path.read_text())["chosen"]
+    if not src.is_file():
+        raise SystemExit(f"error: {src} does not exist: --recipes-from must name a study folder whose recipe "
+                         f"search finished")
+    theirs = json.loads(src.read_text())
+    if path.exists():
+        mine = json.loads(path.read_text())
+        if mine["chosen"] != theirs["chosen"]:
+            raise SystemExit(f"error: {path} holds another recipe choice than {src}; use a new --out")
+        return mine["chosen"]
+    write_json_atomic(path, {**theirs, "from": str(Path(source).resolve())})
+    logger.info("recipes from %s: %s", src, {m: c["run"] for m, c in theirs["chosen"].items()})
+    return theirs["chosen"]
+
+
 def read_chosen(out: Path) -> dict | None:
     """The recipes the search chose for this study directory, or None (the named recipes)."""
     path = out / SEARCH_DIR / "chosen.json"
