@@ -277,3 +277,26 @@ def test_a_study_whose_ray_workers_import_other_code_stops_before_any_run(tmp_pa
     finally:
         ray.shutdown()
     assert code_identity().location == str(root)  # the driver's own code is unchanged
+
+
+def test_the_last_quarter_trend_is_the_least_squares_slope_with_its_error():
+    import numpy as np
+
+    from composer.report.convergence import last_quarter_trend, render_plateau_table
+
+    rng = np.random.default_rng(0)
+    positives = np.arange(8_000, 160_001, 8_000)
+    r1 = 40 + 20 * (1 - np.exp(-positives / 50_000)) + rng.normal(0, 1.5, len(positives))
+    curve = [{"positives": int(p), "metrics": {"R@1": float(r)}} for p, r in zip(positives, r1)]
+    slope, se = last_quarter_trend(curve)
+    last = positives >= 120_000
+    x = positives[last] / 40_000                                     # quarters of the 160,000 positives
+    (want_slope, _), cov = np.polyfit(x, r1[last], 1, cov="unscaled")
+    residual = r1[last] - np.polyval(np.polyfit(x, r1[last], 1), x)
+    want_se = np.sqrt(residual @ residual / (last.sum() - 2) * cov[0, 0])
+    assert slope == pytest.approx(want_slope) and se == pytest.approx(want_se)
+    assert last_quarter_trend(curve[:3]) is None                     # fewer than 3 validations in the quarter
+    found = {"flat": {"label": "Flat", "seeds": {"0": {"plateau": {"stopped": "max_positives", "positives": 160_000,
+                                                                    "last_quarter_gain": 2.0, "best": {}},
+                                                       "curve": curve}}}}
+    assert f"| {slope:+.1f} ± {se:.1f} | **no** |" in render_plateau_table(found)
