@@ -54,27 +54,13 @@ def permuted_geometry(geometry: torch.Tensor, region_mask: torch.Tensor, seed: i
     return out
 
 
-def training_captions(captions_file: str | Path, train_splits, n_images: int) -> list[tuple[str, str]]:
-    """``(image id, first caption)`` of the first ``n_images`` training images of a caption corpus, in file order."""
-    out = []
-    with open(captions_file, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if rec.get("split") in train_splits and rec["captions"]:
-                out.append((rec["image_id"], rec["captions"][0]))
-                if len(out) == n_images:
-                    break
-    return out
-
-
 def by_edit(loaded, eval_set: dict, programs: dict, store, max_regions: int) -> dict:
     from composer.evaluation.text_pairs import hard_negative_accuracy
 
     with torch.no_grad():
         r = hard_negative_accuracy(loaded.model, loaded.tokenizer, eval_set, programs, store, max_regions=max_regions)
-    return {"i2t_by_type": r["i2t_by_type"], "i2t_by_edit": r["i2t_by_edit"], "counts": r["counts"]["negatives_by_edit"]}
+    return {"i2t_by_type": r["i2t_by_type"], "i2t_by_edit": r["i2t_by_edit"],
+            "counts": r["counts"]["negatives_by_edit"]}
 
 
 def geometry_use(loaded, test) -> dict:
@@ -107,7 +93,7 @@ def markdown(results: dict) -> str:
     lines = table("I2T by edit, the study's test images", "test") + table("I2T by edit, training images", "train")
     lines += ["#### Test R@1 with the box geometry true, permuted among each image's regions, and removed", "",
               "| model | true | permuted | none |", "|---|---|---|---|"]
-    lines += [f"| {name} | {r['geometry']['true']:.1f} | {r['geometry']['permuted']:.1f} | {r['geometry']['none']:.1f} |"
+    lines += ["| " + " | ".join([name] + [f"{r['geometry'][k]:.1f}" for k in ("true", "permuted", "none")]) + " |"
               for name, r in results.items()]
     return "\n".join(lines) + "\n"
 
@@ -125,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from composer.cli.evaluate import load_model
     from composer.evaluation.eval_sets import EvalSets
-    from composer.evaluation.hard_negatives import eval_pairs, world_hard_negative_set
+    from composer.evaluation.hard_negatives import eval_pairs, training_image_set
     from composer.evaluation.text_pairs import programs_for_texts
     from composer.study.config import get_profile
     from composer.study.data import PRUNE_SEED, STUDY_PARSER
+    from crg.corpus import read_corpus
     from features.catalog import resolve_dataset
     from features.store import FeatureStore
 
@@ -142,9 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     sets = EvalSets(profile.world_data(), profile.eval_images, data["world"]["features"],
                     data["hard_negatives"]["path"], PRUNE_SEED)
     max_regions = profile.max_regions or 14  # the world's named configs read 14 regions per image
-    train_set, summary = world_hard_negative_set(
-        spec.world_dir, training_captions(spec.captions, spec.train_splits, args.train_images), per_type=1,
-        distractor_images=0, seed=0, name=f"world-hn-train{args.train_images}")
+    train_images = read_corpus(spec.captions).select(spec.train_splits).images
+    train_set, summary = training_image_set(spec.world_dir, train_images, args.train_images)
     logger.info("training-image set: %d captions, negatives %s", summary["captions"], summary["negatives_by_type"])
     test_set = sets.hn_set
 

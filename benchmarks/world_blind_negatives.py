@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the table here (JSON)")
     args = parser.parse_args(argv)
 
-    from composer.evaluation.hard_negatives import world_hard_negative_set
+    from composer.evaluation.hard_negatives import training_image_set
     from composer.study.config import get_profile
     from crg.blind import TrigramLM, negation_count, rule_outcome, tokenize
     from crg.corpus import read_corpus
@@ -73,12 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     eval_set = json.loads(path.read_text())
     profile = get_profile(json.loads((study / "study.json").read_text())["profile"]["name"])
     spec = resolve_dataset("world", **profile.world_data())
-    train_images = read_corpus(spec.captions).select("train").images
+    train_images = read_corpus(spec.captions).select(spec.train_splits).images
     # the world's few words all occur in training, so <unk> is never seen; a small uniform share gives a word no
     # training caption has ("not", "no": no true caption is negated) a low probability instead of none
     lm = TrigramLM.fit([c for im in train_images for c in im.captions], uniform_weight=0.01)
-    firsts = [(im.image_id, im.captions[0]) for im in train_images[:args.train_images] if im.captions]
-    train_set, summary = world_hard_negative_set(spec.world_dir, firsts, per_type=1, distractor_images=0, seed=0)
+    train_set, summary = training_image_set(spec.world_dir, train_images, args.train_images)
     train_pairs = [(item["positive"], n["text"]) for item in train_set["items"] for n in item["negatives"]]
 
     groups = eval_pairs_by_edit(eval_set)
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
 
     print(f"blind scorers on {path} ({len(eval_set['items'])} captions); LM on {len(train_images):,} training images' "
-          f"captions; pair classifier fitted on {len(train_pairs):,} pairs of {len(firsts):,} training images "
+          f"captions; pair classifier fitted on {len(train_pairs):,} pairs of {summary['captions']:,} training images "
           f"({summary['negatives_by_type']})\n")
     print("| negatives | pairs | LM | negation | shorter | pair classifier |\n|---|---|---|---|---|---|")
     for r in rows:

@@ -1,5 +1,6 @@
 """benchmarks/relation_diagnostics.py's pieces, without models: the permuted geometry keeps each image's boxes and
-moves them between its detector regions only; the training captions are the first of each training image."""
+moves them between its detector regions only; the training captions (composer.evaluation.hard_negatives'
+first_captions, which it and world_blind_negatives.py read) are the first of each training image."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import json
 
 import torch
 
+from composer.evaluation.hard_negatives import first_captions
 from conftest import ROOT
+from crg.corpus import read_corpus
 
 _spec = importlib.util.spec_from_file_location("_script_relation_diagnostics",
                                                ROOT / "benchmarks" / "relation_diagnostics.py")
@@ -41,8 +44,10 @@ def test_training_captions_are_the_first_caption_of_each_training_image(tmp_path
                                                                        "captions": ["e1"]}]
     path = tmp_path / "captions.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n\n" + "\n".join(json.dumps(r) for r in rows[2:]))
-    assert diag.training_captions(path, ("train",), 2) == [("a", "a1"), ("d", "d1")]
-    assert diag.training_captions(path, ("train", "test"), 10) == [("a", "a1"), ("b", "b1"), ("d", "d1"), ("e", "e1")]
+    corpus = read_corpus(path)
+    assert first_captions(corpus.select(("train",)).images, 2) == [("a", "a1"), ("d", "d1")]
+    assert first_captions(corpus.select(("train", "test")).images, 10) == [("a", "a1"), ("b", "b1"), ("d", "d1"),
+                                                                            ("e", "e1")]
 
 
 def test_markdown_has_a_row_per_model_and_dashes_for_missing_edits():

@@ -19,8 +19,8 @@ CONFIG_FILE = "config.yaml"
 
 #: gc-study's flags (argparse destinations) -> the fields of :class:`StudyConfig` they set
 PATHS = {"data": ("data",), "profile": ("profile",), "seeds": ("seeds",), "runs": ("runs",), "search": ("search",),
-         "search_only": ("search_only",), "recipes_from": ("recipes_from",), **{k: (f"options.{k}",) for k in ("accelerator", "precision",
-                                                                             "keep_weights", "jobs", "address")}}
+         "search_only": ("search_only",), "recipes_from": ("recipes_from",),
+         **{k: (f"options.{k}",) for k in ("accelerator", "precision", "keep_weights", "jobs", "address")}}
 
 
 @dataclass

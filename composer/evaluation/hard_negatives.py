@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["wins", "i2t_accuracy", "t2i_accuracy", "group_accuracy", "accuracy_by_type", "recursive_average",
-           "average_tree", "build_eval_set", "edit_of", "eval_pairs", "evaluate_pair_scores", "restrict_eval_set",
-           "world_hard_negative_set", "EVAL_SET_VERSION"]
+           "average_tree", "build_eval_set", "edit_of", "eval_pairs", "evaluate_pair_scores", "first_captions",
+           "restrict_eval_set", "training_image_set", "world_hard_negative_set", "EVAL_SET_VERSION"]
 
 EVAL_SET_VERSION = 1
 
@@ -354,3 +354,21 @@ def world_hard_negative_set(world_dir: str | Path, captions: Sequence[tuple[str,
                "dropped_by_checker": {k: dict(v) for k, v in report.dropped.items()},
                "with_distractors": sum(1 for v in distractors.values() if v)}
     return eval_set, summary
+
+
+def first_captions(images: Sequence, n_images: int) -> list[tuple[str, str]]:
+    """``(image id, first caption)`` of the first ``n_images`` of ``images`` (a corpus's, in its order) that have a
+    caption."""
+    return [(im.image_id, im.captions[0]) for im in images if im.captions][:n_images]
+
+
+def training_image_set(world_dir: str | Path, images: Sequence, n_images: int, *, seed: int = 0) -> tuple[dict, dict]:
+    """:func:`world_hard_negative_set` of the first caption of the first ``n_images`` training ``images``: one
+    negative per type, no distractor images.
+
+    Why: a model trained with structural negatives has met such negatives of these very images, so failing them
+    is failing to fit, not to generalise (``benchmarks/relation_diagnostics.py``); they are also the text a blind
+    pair classifier learns from (``benchmarks/world_blind_negatives.py``).
+    """
+    return world_hard_negative_set(world_dir, first_captions(images, n_images), per_type=1, distractor_images=0,
+                                   seed=seed, name=f"world-hn-train{n_images}")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from composer.training.curve import LearningCurve
 
-__all__ = ["CURVES_PLOT", "FLAT_GAIN", "last_quarter_trend", "plateau_rows", "plot_main_curves", "reached_plateau", "render_plateau_table"]
+__all__ = ["CURVES_PLOT", "FLAT_GAIN", "last_quarter_trend", "plateau_rows", "plot_main_curves", "reached_plateau",
+           "render_plateau_table"]
 
 FLAT_GAIN = 1.0  # val R@1 points gained over the last quarter under which a run counts as flat
 CURVES_PLOT = "learning_curves.png"
@@ -40,7 +41,8 @@ def last_quarter_trend(curve: Sequence[Mapping], metric: str = "R@1") -> tuple[f
     error, tells a still-rising run from a flat one read through noise. Shown beside the gain; the plateau test
     stays issue 31's.
 
-    >>> pts = [{"positives": p, "metrics": {"R@1": r}} for p, r in [(10, 1.0), (20, 2.0), (30, 3.0), (32, 3.2), (40, 4.0)]]
+    >>> pts = [{"positives": p, "metrics": {"R@1": r}}
+    ...        for p, r in [(10, 1.0), (20, 2.0), (30, 3.0), (32, 3.2), (40, 4.0)]]
     >>> [round(v, 6) for v in last_quarter_trend(pts)]  # 30, 32, 40: one point per 10 positives = 1 per quarter
     [1.0, 0.0]
     """

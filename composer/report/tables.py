@@ -440,8 +440,9 @@ TABLES: tuple[TableSpec, ...] = (
               + _SWAP_ONLY_ROWS,
               tuple(Column(edit.replace("/", " "), _HN + ("i2t_by_edit", edit)) for edit in _EDITS),
               note="Each CREPE type split by the edit that made the negative (crg.hard_negatives' change ops): "
-                   "HN-ATOM replaces an attribute (replace_attribute: colour, size, material), a shape (replace_shape) or a relation "
-                   "word (replace_relation, e.g. in front of -> behind: like HN-SWAP, only the objects' positions "
+                   "HN-ATOM replaces an attribute (replace_attribute: colour, size, material), a shape "
+                   "(replace_shape) or a relation word (replace_relation, e.g. in front of -> behind: like HN-SWAP, "
+                   "only the objects' positions "
                    "tell it false); HN-NEG negates an attribute or the caption; HN-COMP moves, exchanges or splits "
                    "attributes. Chance 50 for one negative. Text alone gives some away "
                    "(benchmarks/world_blind_negatives.py): HN-NEG (no true caption of the world is negated) and "

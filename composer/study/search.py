@@ -91,15 +91,15 @@ def adopt_recipes(out: Path, source: Path) -> dict:
     """
     src = Path(source) / SEARCH_DIR / "chosen.json"
     path = out / SEARCH_DIR / "chosen.json"
-    if path.exists() and not src.is_file() and json.loads(path.read_text()).get("from"):
-        logger.warning("%s is gone: the study keeps the recipes it adopted from it (%s)", src, path)
-        return json.loads(path.read_text())["chosen"]
+    mine = json.loads(path.read_text()) if path.exists() else None
     if not src.is_file():
+        if mine is not None and mine.get("from"):
+            logger.warning("%s is gone: the study keeps the recipes it adopted from it (%s)", src, path)
+            return mine["chosen"]
         raise SystemExit(f"error: {src} does not exist: --recipes-from must name a study folder whose recipe "
                          f"search finished")
     theirs = json.loads(src.read_text())
-    if path.exists():
-        mine = json.loads(path.read_text())
+    if mine is not None:
         if mine["chosen"] != theirs["chosen"]:
             raise SystemExit(f"error: {path} holds another recipe choice than {src}; use a new --out")
         return mine["chosen"]

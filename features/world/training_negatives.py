@@ -57,8 +57,8 @@ class TrainingNegativeStats:
         self.kept_by_kind[kind] = self.kept_by_kind.get(kind, 0) + n
 
     def as_dict(self) -> dict:
-        return {"captions": self.captions, "kept": self.kept, "kept_by_kind": dict(sorted(self.kept_by_kind.items())),
-                "dropped": dict(sorted(self.dropped.items()))}
+        return {"captions": self.captions, "kept": self.kept,
+                "kept_by_kind": dict(sorted(self.kept_by_kind.items())), "dropped": dict(sorted(self.dropped.items()))}
 
 
 class WorldTrainingNegatives:
