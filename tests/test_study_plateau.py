@@ -47,6 +47,16 @@ def test_a_plateau_profile_refuses_schedules_that_do_not_span_its_budget():
     converge = get_profile("converge")
     assert converge.plateau is not None and converge.seeds == (0, 1, 2)
     assert {r.name for r in study_runs(converge)} >= {"composer", "vse", "flat", "clip", "codebook_clip", "il_clip"}
+    # converge at twice the budget: the same models and validation, the /10 at half of it, and no run may stop
+    # before it has trained past the /10 (its curve's last part is then all after the decay)
+    long = get_profile("converge_long")
+    assert long.runs == converge.runs and long.plateau.max_positives == 2 * converge.plateau.max_positives
+    assert long.plateau.val_every_positives == converge.plateau.val_every_positives
+    for name in ("composer", "vse"):
+        sched = long.schedules[name]
+        assert sched.steps * sched.batch_size == long.plateau.max_positives
+        assert sched.warmup_fraction * sched.steps == converge.schedules[name].warmup_fraction * converge.schedules[name].steps
+        assert max(sched.decay_fractions) * long.plateau.max_positives < long.plateau.min_positives
 
 
 @pytest.fixture(scope="module")
