@@ -75,6 +75,19 @@ def test_every_paper_table_has_one_cell_per_row_and_column_and_missing_runs_show
     assert set(render_all(res)) >= {s.key for s in TABLES} | {"composer_figure4", "timings"}
 
 
+def test_a_cell_over_fewer_seeds_than_its_row_says_how_many():
+    """A figure only some seeds' evaluations hold (runs evaluated before it existed) must not read as the mean of
+    the row's every seed."""
+    spec = TableSpec("t", "T", (Row("x", "a"),), (Column("R@1", ("r",)), Column("new", ("new",))))
+    res = _results({"a": {0: {"r": 1.0}, 1: {"r": 3.0}, 2: {"r": 2.0, "new": 7.0}}})
+    text = render_table(spec, res)
+    line = next(x for x in text.splitlines() if x.startswith("| x |"))
+    assert [c.strip() for c in line.split("|")[2:-1]] == ["2.0 ± 1.0", "7.0 (n=1)", "3"]
+    assert "(n=k)" in text
+    full = _results({"a": {0: {"r": 1.0, "new": 1.0}}})
+    assert "(n=" not in render_table(spec, full)
+
+
 def test_value_and_millions_columns_and_grouped_rows():
     spec = TableSpec("t", "T", (Row("x", "a", "G1"), Row("y", "b", "G1"), Row("z", "a", "G2")),
                      (Column("CT", ("config", "ct"), "value"), Column("# params", ("n",), "millions"),

@@ -185,15 +185,23 @@ def render_table(spec: TableSpec, results: Mapping) -> str:
     header = (["", "Method"] if grouped else ["Method"]) + [c.header for c in spec.columns] + ["seeds"]
     lines = [f"### {spec.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     previous = None
+    partial = False
     for row, row_cells in zip(spec.rows, cells):
+        seeds = _seed_count(results, row.run)
         texts = [format_cell(cell, col.kind, col.digits) for cell, col in zip(row_cells, spec.columns)]
+        for i, (cell, col) in enumerate(zip(row_cells, spec.columns)):
+            if col.kind == "metric" and 0 < cell.n < seeds:  # e.g. a figure older runs' evaluations lack
+                texts[i] += f" (n={cell.n})"
+                partial = True
         lead = [row.label]
         if grouped:
             lead = [row.group if row.group != previous else "", row.label]
             previous = row.group
-        lines.append("| " + " | ".join(lead + texts + [str(_seed_count(results, row.run))]) + " |")
+        lines.append("| " + " | ".join(lead + texts + [str(seeds)]) + " |")
     lines.append("")
     note = "Mean ± sample standard deviation over the seeds that finished (\"seeds\"); – = not run or not evaluated."
+    if partial:
+        note += " (n=k): over the k of those seeds whose evaluation has the figure."
     lines.append(f"{spec.note} {note}".strip())
     return "\n".join(lines) + "\n"
 
