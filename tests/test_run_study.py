@@ -95,7 +95,7 @@ def test_value_and_millions_columns_and_grouped_rows():
     res = _results({"a": {0: {"config": {"ct": 3}, "n": 2_500_000, "r": 1.0}, 1: {"config": {"ct": 3}, "n": 2_500_000}},
                     "b": {0: {"config": {"ct": 5}, "n": 1_000_000, "r": 2.0}}})
     lines = [line for line in render_table(spec, res).splitlines() if line.startswith("|")]
-    assert lines[2].split("|")[1:6] == [" G1 ", " x ", " 3 ", " 2.5M ", " 1.0 "]
+    assert lines[2].split("|")[1:6] == [" G1 ", " x ", " 3 ", " 2.5M ", " 1.0 (n=1) "]  # seed 1 has no r
     assert lines[3].split("|")[1:3] == ["  ", " y "]  # the group is named once
     assert lines[4].split("|")[1] == " G2 "
     assert format_cell(summarize([1, 3]), "value") == "1/3"  # seeds that disagree on a setting say so

@@ -434,13 +434,15 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("il_table1", "IL-CLIP Table 1: compositional hard negatives (world, verified false) and retrieval",
               (Row("CLIP", "clip"), Row("Codebook-CLIP", "codebook_clip"), Row("NegCLIP (2x text)", "negclip"),
                Row("IL-CLIP", "il_clip"), Row("IL-NegCLIP (2x text)", "il_negclip"), Row("VSE", "vse"), Row("Flat cross-modal (ViLBERT-style)", "flat"),
-               Row("COMPOSER", "composer")),
+               Row("COMPOSER", "composer")) + _STRUCTURAL_ROWS,
               tuple(Column(f"I2T {t}", _HN + ("i2t_by_type", t)) for t in ("HN-ATOM", "HN-SWAP", "HN-NEG", "HN-COMP"))
               + (Column("I2T all", _HN + ("i2t",)), Column("T2I", _HN + ("t2i",)), Column("Group", _HN + ("group",)),
                  Column("Avg (recursive)", _HN + ("average",)), Column("in-domain R@1", ("test", "R@1"))),
               note="I2T: the true caption above all its negatives of the type (CREPE); T2I: the true image above "
                    "distractor images holding the caption's objects; Group: both; Avg: vl_compo's recursive "
-                   "average of I2T (by type), T2I and Group. Accuracies in %, ties count as failures."),
+                   "average of I2T (by type), T2I and Group. Accuracies in %, ties count as failures. "
+                   "'+ structural': trained with the world's structural negatives (structural_negatives table), "
+                   "the same kinds these columns score."),
     TableSpec("hard_negatives_by_edit",
               "Hard negatives by edit: which change of the caption each model detects (I2T, test images)",
               _MAIN_ROWS + _NEGCLIP_ROWS + _STRUCTURAL_ROWS
