@@ -29,6 +29,7 @@ from pathlib import Path
 
 from crg.outputs import write_json_atomic
 
+
 def eval_pairs_by_edit(eval_set: dict) -> dict[str, list[tuple[str, str]]]:
     """``"TYPE/edit" -> [(caption, negative)]`` of a hard-negative evaluation set, and ``"TYPE"`` for each type."""
     from composer.evaluation.hard_negatives import edit_of

@@ -9,11 +9,10 @@ tables are statements about under-training.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from composer.training.curve import LearningCurve
+from composer.training.curve import LearningCurve, last_quarter_start
 
 __all__ = ["CURVES_PLOT", "FLAT_GAIN", "last_quarter_trend", "plateau_rows", "plot_main_curves", "reached_plateau",
            "render_plateau_table"]
@@ -33,8 +32,8 @@ def reached_plateau(stopped: str, gain: float | None) -> bool:
 
 def last_quarter_trend(curve: Sequence[Mapping], metric: str = "R@1") -> tuple[float, float] | None:
     """Least-squares slope of val ``metric`` over the validations of the last quarter of the positives (those at or
-    after ``end - end / 4``, the points :func:`composer.training.curve.last_quarter_gain` leaves out of its
-    baseline), in points per quarter, and its standard error; None with fewer than 3 such validations.
+    after :func:`composer.training.curve.last_quarter_start`, the points
+    :func:`composer.training.curve.last_quarter_gain` leaves out of its baseline), in points per quarter, and its standard error; None with fewer than 3 such validations.
 
     Why: one validation's R@1 on a few hundred captions has a binomial error of about 3 points, and the
     max-based last-quarter gain rises with every noisy validation taken; a slope fitted over the quarter, with its
@@ -46,23 +45,17 @@ def last_quarter_trend(curve: Sequence[Mapping], metric: str = "R@1") -> tuple[f
     >>> [round(v, 6) for v in last_quarter_trend(pts)]  # 30, 32, 40: one point per 10 positives = 1 per quarter
     [1.0, 0.0]
     """
+    from scipy.stats import linregress
+
     points = [(p["positives"], p["metrics"][metric]) for p in curve if metric in (p.get("metrics") or {})]
-    if not points:
+    if not points or points[-1][0] <= 0:
         return None
     end = points[-1][0]
-    cut = end - end / 4
-    last = [(x, y) for x, y in points if x >= cut]
-    if len(last) < 3 or end <= 0:
+    last = [(x / (end / 4), y) for x, y in points if x >= last_quarter_start(end)]  # x in quarters of the run
+    if len(last) < 3 or len({x for x, _ in last}) < 2:
         return None
-    xs = [x / (end / 4) for x, _ in last]                                  # in quarters of the run
-    ys = [y for _, y in last]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return None
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in zip(xs, ys))
-    return slope, math.sqrt(residual / (len(xs) - 2) / sxx)
+    fit = linregress([x for x, _ in last], [y for _, y in last])
+    return float(fit.slope), float(fit.stderr)
 
 
 def plateau_rows(found: Mapping) -> list[dict]:

@@ -188,11 +188,13 @@ def render_table(spec: TableSpec, results: Mapping) -> str:
     partial = False
     for row, row_cells in zip(spec.rows, cells):
         seeds = _seed_count(results, row.run)
-        texts = [format_cell(cell, col.kind, col.digits) for cell, col in zip(row_cells, spec.columns)]
-        for i, (cell, col) in enumerate(zip(row_cells, spec.columns)):
+        texts = []
+        for cell, col in zip(row_cells, spec.columns):
+            text = format_cell(cell, col.kind, col.digits)
             if col.kind == "metric" and 0 < cell.n < seeds:  # e.g. a figure older runs' evaluations lack
-                texts[i] += f" (n={cell.n})"
+                text += f" (n={cell.n})"
                 partial = True
+            texts.append(text)
         lead = [row.label]
         if grouped:
             lead = [row.group if row.group != previous else "", row.label]

@@ -32,7 +32,7 @@ from pathlib import Path
 from crg.outputs import write_json_atomic, write_text_atomic
 
 __all__ = ["CURVE_CSV", "CURVE_JSON", "CurvePoint", "LearningCurve", "early_stop_index", "flat_metrics",
-           "last_quarter_gain", "read_curve", "read_train_curve"]
+           "last_quarter_gain", "last_quarter_start", "read_curve", "read_train_curve"]
 
 CURVE_JSON, CURVE_CSV = "curve.json", "curve.csv"
 
@@ -164,6 +164,15 @@ def early_stop_index(values: Sequence[float], patience: int, min_delta: float = 
     return None
 
 
+def last_quarter_start(end: int) -> float:
+    """Where the last quarter of ``end`` positives begins: a validation at or after it is in the last quarter.
+
+    >>> last_quarter_start(160_000)
+    120000.0
+    """
+    return end - end / 4
+
+
 def last_quarter_gain(curve: LearningCurve, metric: str = "R@1") -> float | None:
     """How much the best ``metric`` rose over the last quarter of the positives trained on: the best of
     all points minus the best of the points before the last quarter (None when no point lies before it).
@@ -175,8 +184,7 @@ def last_quarter_gain(curve: LearningCurve, metric: str = "R@1") -> float | None
     """
     if not curve.points:
         return None
-    end = curve.points[-1].positives
-    cut = end - end / 4
+    cut = last_quarter_start(curve.points[-1].positives)
     before = [p.metrics[metric] for p in curve.points if p.positives < cut and metric in p.metrics]
     every = [p.metrics[metric] for p in curve.points if metric in p.metrics]
     if not before:
