@@ -621,6 +621,15 @@ def test_a_study_trains_from_another_studys_chosen_recipes(tmp_path):
     with pytest.raises(SystemExit, match="another recipe choice"):
         adopt_recipes(out, source)
 
+    # the search's chosen.json kept apart from its folder (docs/studies/): the file itself is the source
+    kept = tmp_path / "kept_chosen.json"
+    write_json_atomic(kept, {"chosen": choice, "profile": "converge"})
+    assert adopt_recipes(tmp_path / "from_file", kept) == choice == read_chosen(tmp_path / "from_file")
+    assert json.loads((tmp_path / "from_file" / "search" / "chosen.json").read_text())["from"] == str(kept.resolve())
+    write_json_atomic(kept, {"composer": {"lr": 1e-3}})                          # not a chosen.json: refused, named
+    with pytest.raises(SystemExit, match="kept_chosen.json is not a recipe search's chosen.json"):
+        adopt_recipes(tmp_path / "bad", kept)
+
     ap = build_argparser()
     argv = ["--profile", "smoke", "--out", str(out), "--recipes-from", str(source)]
     assert study_config(ap, argv, ap.parse_args(argv)).recipes_from == str(source)

@@ -58,9 +58,9 @@ def build_argparser() -> argparse.ArgumentParser:
                          "composer/study/search.py) into OUT/search, then the study from the chosen recipes")
     ap.add_argument("--search-only", action="store_true", help="the recipe search alone (OUT/search, tables/search.md)")
     ap.add_argument("--recipes-from", metavar="STUDY",
-                    help="train from the recipes another study's search chose (STUDY/search/chosen.json, copied to "
-                         "OUT/search with where it came from), e.g. a longer budget from a finished search; not with "
-                         "--search")
+                    help="train from the recipes another study's search chose (STUDY/search/chosen.json, or such a "
+                         "file itself, e.g. docs/studies/converge/chosen.json; copied to OUT/search with where it came "
+                         "from), e.g. a longer budget from a finished search; not with --search")
     ap.add_argument("--keep-weights", action="store_true",
                     help="keep each run's model (OUT/runs/RUN/seedS/model, a save_pretrained folder gc-evaluate loads)")
     ap.add_argument("--report-only", action="store_true",

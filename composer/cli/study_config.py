@@ -33,8 +33,8 @@ class StudyConfig:
         seeds: the seeds of every run (None: the profile's).
         runs: run names, a subset of the profile's (None: all of them).
         search, search_only: the equal-budget recipe search first, or alone.
-        recipes_from: another study folder whose search's chosen recipes this study trains from (instead of a
-            search of its own).
+        recipes_from: another study folder whose search's chosen recipes this study trains from, or that
+            search's ``chosen.json`` itself (instead of a search of its own).
         options: how the runs execute (:class:`composer.study.execute.StudyOptions`; a file without
             ``jobs`` takes the profile's; the saved file holds the number used).
     """

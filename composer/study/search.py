@@ -83,13 +83,15 @@ def finish_search(out: Path, points: list, profile: StudyProfile) -> dict:
 
 
 def adopt_recipes(out: Path, source: Path) -> dict:
-    """Train the study in ``out`` from the recipes another study's search chose (``source/search/chosen.json``).
+    """Train the study in ``out`` from the recipes another study's search chose: ``source/search/chosen.json``, or
+    ``source`` itself when it is such a file (a search's choice kept apart from its folder, as docs/studies/ keeps
+    the converge search's, so that the study can be run again where the search's folder is gone).
 
     Why: a study at a longer budget or on more seeds can start from an equal-budget search already run, instead of
     a new one (the search's choice is then the shorter budget's; ``chosen.json`` records where it came from). A
     study that already holds another choice is refused, so one study never mixes recipes.
     """
-    src = Path(source) / SEARCH_DIR / "chosen.json"
+    src = Path(source) if Path(source).is_file() else Path(source) / SEARCH_DIR / "chosen.json"
     path = out / SEARCH_DIR / "chosen.json"
     mine = json.loads(path.read_text()) if path.exists() else None
     if not src.is_file():
@@ -97,13 +99,17 @@ def adopt_recipes(out: Path, source: Path) -> dict:
             logger.warning("%s is gone: the study keeps the recipes it adopted from it (%s)", src, path)
             return mine["chosen"]
         raise SystemExit(f"error: {src} does not exist: --recipes-from must name a study folder whose recipe "
-                         f"search finished")
+                         f"search finished, or its search/chosen.json")
     theirs = json.loads(src.read_text())
+    if not isinstance(theirs.get("chosen"), dict) or not all(
+            isinstance(c, dict) and "lr" in c for c in theirs["chosen"].values()):
+        raise SystemExit(f"error: {src} is not a recipe search's chosen.json: it needs "
+                         f'{{"chosen": {{MODEL: {{"lr": ..., "init": ...}}}}}}')
     if mine is not None:
         if mine["chosen"] != theirs["chosen"]:
             raise SystemExit(f"error: {path} holds another recipe choice than {src}; use a new --out")
         return mine["chosen"]
-    write_json_atomic(path, {**theirs, "from": str(Path(source).resolve())})
+    write_json_atomic(path, {**theirs, "from": str(Path(source).resolve())})  # (a file's: the file)
     logger.info("recipes from %s: %s", src, {m: c["run"] for m, c in theirs["chosen"].items()})
     return theirs["chosen"]
 
