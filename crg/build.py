@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from crg.caption_filter import caption_problem, normalize_caption
 from crg.corpus import Corpus
 from crg.extract import PRIMITIVE, extract_concepts, prune_tree
+from crg.fork_pool import fork_pool
 from crg.graph import ConceptGraph, GraphBuilder, GraphPart
 from crg.parse_cache import ParseCache
 from crg.parser_base import ConstituencyParser
@@ -251,9 +252,10 @@ def _map_chunks(analyze, payloads: list, parser: ConstituencyParser, n_process: 
     try:
         can_fork = "fork" in mp.get_all_start_methods()
         if n_process > 1 and len(payloads) > 1 and (can_fork or parser_spec is not None):
-            ctx = mp.get_context("fork" if can_fork else None)
-            with ctx.Pool(n_process, initializer=_init_worker, initargs=(_portable_spec(parser_spec),)) as pool:
+            with fork_pool(n_process, _init_worker, (_portable_spec(parser_spec),)) as pool:
                 yield from pool.imap(analyze, payloads)
+                pool.close()  # every result read: let the workers finish (the with's terminate() is for an
+                pool.join()   # abandoned or failed map)
         else:
             yield from map(analyze, payloads)
     finally:

@@ -46,6 +46,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from crg.fork_pool import fork_pool
 from crg.outputs import write_text_atomic
 from features.world.compositional import (ROLES, CompositionalConfig, HeldOut, caption_compounds, choose_control,
                                           choose_held_out, sample_role_captions, sample_role_scene, scene_compounds)
@@ -246,8 +247,8 @@ def _scene_line(scene: Scene) -> str:
 
 
 def worker_pool(workers: int) -> mp.pool.Pool:
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    return ctx.Pool(workers)
+    """The generator's worker processes (forked where the platform can; stoppable by terminate())."""
+    return fork_pool(workers)
 
 
 _DETECTORS: dict = {}
