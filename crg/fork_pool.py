@@ -1,11 +1,13 @@
 """Process pools whose workers a ``terminate()`` stops, whatever the parent process does with SIGTERM.
 
-A forked worker inherits its parent's signal handlers. Lightning's trainer (its signal connector) and Ray's
-driver install a Python SIGTERM handler that only records the signal; a pool worker that inherits such a
-handler survives ``Pool.terminate()``: it is blocked on the task queue's lock, which ``terminate()`` holds
-for good, the handler runs and returns, and the worker waits again, so ``terminate()``'s join never returns.
-That hung the test suite (a graph built after a training test in the same process, 2026-12-01) and would hang a
-user who builds a CRG inside a training script. Each worker here puts SIGTERM back to its default first.
+A forked worker inherits its parent's signal dispositions. Where the parent catches SIGTERM with a handler that
+records the signal and returns (Lightning's signal connector during a fit does), a pool worker survives
+``Pool.terminate()``: blocked on the task queue's lock, which ``terminate()`` holds for good, it runs the
+handler and waits again, and ``terminate()``'s join never returns. The README's test command hung that way in
+``build_crg``'s ``Pool.__exit__`` (2026-12-01: the worker blocked on the queue's lock with SIGTERM caught, the
+parent joining it; the process then held the SIGTERM handler Ray's driver installs, after a Tune test). Each
+worker here puts SIGTERM back to its default first, and ``crg.build`` closes and joins its pool when every
+result is read, so that ``terminate()`` is left for an abandoned or failed map.
 """
 
 from __future__ import annotations

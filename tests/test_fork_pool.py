@@ -1,6 +1,7 @@
-"""crg.fork_pool: a pool's terminate() ends its workers even when the parent's SIGTERM handler only records the
-signal (Lightning's signal connector, Ray's driver). With an inherited handler of that kind a worker blocked on
-the task queue survived terminate() and the test suite hung in Pool.__exit__ (2026-12-01)."""
+"""crg.fork_pool: a pool's workers die of SIGTERM even when the parent catches it with a handler that records and
+returns (Lightning's signal connector does during a fit): a worker inheriting such a handler, blocked on the task
+queue's lock, survives Pool.terminate() and its join never returns (the test suite hung so in build_crg's
+Pool.__exit__, 2026-12-01)."""
 
 import multiprocessing
 import os
