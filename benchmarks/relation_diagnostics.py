@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     from composer.evaluation.hard_negatives import eval_pairs, training_image_set
     from composer.evaluation.text_pairs import programs_for_texts
     from composer.study.config import get_profile
-    from composer.study.data import PRUNE_SEED, STUDY_PARSER
+    from composer.study.data import PRUNE_SEED, STUDY_PARSER, prepare_data
     from crg.corpus import read_corpus
     from features.catalog import resolve_dataset
     from features.store import FeatureStore
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (study / name).is_file():
             raise SystemExit(f"error: {study / name} is missing: --study must be a study folder (gc-study --out)")
     profile = get_profile(json.loads((study / "study.json").read_text())["profile"]["name"])
-    data = json.loads((study / "data" / "study_data.json").read_text())
+    data = prepare_data(profile, study)  # its paths resolved against the folder (study_data.json keeps them relative)
     spec = resolve_dataset("world", **profile.world_data())
     sets = EvalSets(profile.world_data(), profile.eval_images, data["world"]["features"],
                     data["hard_negatives"]["path"], PRUNE_SEED)

@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from composer.study.config import get_profile, study_runs
+    from composer.study.data import prepare_data
     from composer.study.execute import StudyOptions, train_and_evaluate
     from crg.outputs import write_json_atomic
 
@@ -67,9 +68,9 @@ def main(argv=None) -> int:
     data_file = study / "data" / "study_data.json"
     if not data_file.exists():
         raise SystemExit(f"{data_file} is missing: prepare the study's data first (module docstring)")
-    data = json.loads(data_file.read_text())
     out = Path(args.out) if args.out else study / "plateau"
     base = get_profile("cpu")
+    data = prepare_data(base, study)  # study_data.json read, its paths resolved against the folder
     if args.preset:
         base = replace(base, presets={**base.presets, args.model: args.preset})
     print(f"{args.model} ({args.preset or 'the profile preset'}), lr {args.lr:g}, init {args.init:g}; "
