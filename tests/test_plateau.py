@@ -193,6 +193,31 @@ def test_patience_does_not_stop_a_run_before_its_minimum_positives(tiny_world, t
         PlateauConfig(min_positives=10, max_positives=5)
 
 
+@pytest.mark.parametrize("values, stop_at", [
+    ([10, 9, 9, 12, 11, 11, 11, 11, 11], 6),     # patience out at the 3rd, a new best at the 4th, out again at the 6th
+    ([10, 9, 9, 9, 12, 11, 11, 11, 11], 7),      # the new best at the minimum itself (the 5th)
+    ([10, 9, 9, 9, 9, 9, 9, 9, 9], 5),           # no new best: the stop waits for the minimum, as before
+])
+def test_a_new_best_before_the_minimum_withdraws_the_patience_stop(tiny_world, tmp_path, scripted_val, values,
+                                                                    stop_at):
+    """Patience 2, a minimum of 5 validations' positives. Lightning's stop is sticky: a run whose patience ran out
+    before its minimum stopped at the minimum even after a new best (converge_long, 2026-12-01). The stop
+    comes at the first validation from the minimum on that ends ``patience`` validations without a gain."""
+    every, patience, minimum = 5, 2, 5
+    scripted_val(lambda step: values[min(step // every - 1, len(values) - 1)])
+    best, wait, expected = float("-inf"), 0, None                      # the rule, written out
+    for k, v in enumerate(values, 1):
+        best, wait = (v, 0) if v > best else (best, wait + 1)
+        if wait >= patience and k >= minimum:
+            expected = k
+            break
+    assert expected == stop_at
+    run = train(_recipe(tiny_world, val_every_positives=every * BATCH, patience=patience, max_positives=10_000,
+                        min_positives=minimum * every * BATCH), _options(), tmp_path / "run")
+    assert run["plateau"]["stopped"] == "patience" and run["global_step"] == stop_at * every
+    assert run["plateau"]["best"]["step"] == every * (values.index(max(values[:stop_at])) + 1)
+
+
 # ---------------------------------------------------------------------------- the budget and resume
 def test_the_budget_sets_the_steps_and_a_killed_run_continues_the_same_curve(tiny_world, tmp_path, scripted_val):
     scripted_val(lambda step: float(step % 7))       # any fixed function of the step: equal runs, equal curves

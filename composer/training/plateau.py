@@ -123,6 +123,21 @@ class PatienceStopping(EarlyStopping):
         if self.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED:
             trainer.should_stop = True
 
+    def _run_early_stopping_check(self, trainer) -> None:
+        """Lightning's stop is sticky (``should_stop = should_stop or ...``) and its ``min_steps`` only defers it:
+        a run whose patience ran out before its minimum stopped at the minimum even when it had beaten its best
+        since (converge_long's COMPOSER seed 0, 2026-12-01: patience out at 160,000 positives, a new best at
+        184,000 after the /10, stopped at the minimum of 192,000). Up to the minimum the stop is this callback's
+        alone (the budget ends at or after it), so an improvement there withdraws it."""
+        super()._run_early_stopping_check(trainer)
+        minimum = trainer.fit_loop.epoch_loop.min_steps or 0
+        if (self.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED and self.wait_count < self.patience
+                and trainer.global_step <= minimum):
+            trainer.should_stop = False
+            self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+            self.stopping_reason_message = None
+            self.stopped_epoch = 0
+
 
 class StepCheckpoint(ModelCheckpoint):
     """The every-N-steps ``last.ckpt`` that skips steps followed by a validation: a checkpoint written before
