@@ -170,7 +170,8 @@ def test_a_real_tune_search_killed_and_restored_keeps_its_rungs(tmp_path):
             if point == "dip" and step == restarted_at:
                 value = 1.0   # far below every record, at a step that is no rung (2, 6, 18, ...)
             points.append({"step": step, "positives": step, "epoch": 0, "metrics": {"R@1": value}})
-            path.write_text(json.dumps({"points": points}))
+            (folder / "curve.json.tmp").write_text(json.dumps({"points": points}))
+            (folder / "curve.json.tmp").replace(path)  # atomic: the test's watcher thread reads it meanwhile
             tune.report({"val_R@1": value, "positives": step})
 
     names = ["best", "dip", "weak"]
