@@ -202,16 +202,11 @@ def test_a_new_best_before_the_minimum_withdraws_the_patience_stop(tiny_world, t
                                                                     stop_at):
     """Patience 2, a minimum of 5 validations' positives. Lightning's stop is sticky: a run whose patience ran out
     before its minimum stopped at the minimum even after a new best (converge_long, 2026-12-01). The stop
-    comes at the first validation from the minimum on that ends ``patience`` validations without a gain."""
+    comes at the first validation from the minimum on that ends ``patience`` validations without a gain
+    (``stop_at`` and ``minimum`` count validations from 1)."""
     every, patience, minimum = 5, 2, 5
     scripted_val(lambda step: values[min(step // every - 1, len(values) - 1)])
-    best, wait, expected = float("-inf"), 0, None                      # the rule, written out
-    for k, v in enumerate(values, 1):
-        best, wait = (v, 0) if v > best else (best, wait + 1)
-        if wait >= patience and k >= minimum:
-            expected = k
-            break
-    assert expected == stop_at
+    assert early_stop_index(values, patience, minimum=minimum - 1) + 1 == stop_at   # the plain reference agrees
     run = train(_recipe(tiny_world, val_every_positives=every * BATCH, patience=patience, max_positives=10_000,
                         min_positives=minimum * every * BATCH), _options(), tmp_path / "run")
     assert run["plateau"]["stopped"] == "patience" and run["global_step"] == stop_at * every

@@ -109,7 +109,7 @@ def adopt_recipes(out: Path, source: Path) -> dict:
         if mine["chosen"] != theirs["chosen"]:
             raise SystemExit(f"error: {path} holds another recipe choice than {src}; use a new --out")
         return mine["chosen"]
-    write_json_atomic(path, {**theirs, "from": str(Path(source).resolve())})  # (a file's: the file)
+    write_json_atomic(path, {**theirs, "from": str(Path(source).resolve())})  # the folder, or the file itself
     logger.info("recipes from %s: %s", src, {m: c["run"] for m, c in theirs["chosen"].items()})
     return theirs["chosen"]
 

@@ -141,15 +141,19 @@ def read_curve(run: str | Path) -> tuple[LearningCurve, dict]:
     return LearningCurve.from_dict(data), {k: v for k, v in data.items() if k != "points"}
 
 
-def early_stop_index(values: Sequence[float], patience: int, min_delta: float = 0.0) -> int | None:
+def early_stop_index(values: Sequence[float], patience: int, min_delta: float = 0.0, minimum: int = 0) -> int | None:
     """The validation (0-based) after which early stopping on a rising metric stops, or None if it never
     does: the ``patience``-th validation in a row that does not beat the best so far by more than
-    ``min_delta``. The plain reference of what Lightning's ``EarlyStopping(mode="max")`` does.
+    ``min_delta``, at validation ``minimum`` or later (a run's minimum of positives: a new best before it
+    withdraws a patience that ran out earlier). The plain reference of what the training's
+    :class:`composer.training.plateau.PatienceStopping` (Lightning's ``EarlyStopping(mode="max")``) does.
 
     >>> early_stop_index([1, 2, 2, 1.5, 3], patience=2)
     3
     >>> early_stop_index([1, 2, 2.05, 2.1], patience=2, min_delta=0.5), early_stop_index([1, 2, 3], patience=1)
     (3, None)
+    >>> early_stop_index([10, 9, 9, 12, 11, 11, 11], patience=2, minimum=4)
+    5
     """
     if patience < 1:
         raise ValueError(f"patience must be >= 1, got {patience}")
@@ -159,7 +163,7 @@ def early_stop_index(values: Sequence[float], patience: int, min_delta: float = 
             best, wait = v, 0
         else:
             wait += 1
-            if wait >= patience:
+            if wait >= patience and k >= minimum:
                 return k
     return None
 
