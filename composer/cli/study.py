@@ -17,8 +17,9 @@ the split files under ``OUT/data/`` and one directory per run and seed under ``O
 skips finished runs, so a killed study resumes where it stopped (``--seeds`` and ``--runs`` may grow
 between invocations; other profile settings may not). Each run is trained by the training commands'
 ``train()`` into its folder; ``--jobs N`` trains N at a time as Ray tasks on this machine, ``--address``
-on a Ray cluster. ``--report-only`` rebuilds the report from the runs' results. The study's
-configuration (profile, seeds, runs, execution options) is saved to ``OUT/config.yaml``; ``--config
+on a Ray cluster. ``--report-only`` rebuilds the report from the runs' results; ``--export DIR`` copies
+the study's record (its settings and the runs' results, no weights) where it outlives the machine. The
+study's configuration (profile, seeds, runs, execution options) is saved to ``OUT/config.yaml``; ``--config
 FILE`` runs it again (flags beside it override it), ``--print-config`` shows it. See docs/evaluation.md.
 """
 
@@ -65,6 +66,11 @@ def build_argparser() -> argparse.ArgumentParser:
                     help="keep each run's model (OUT/runs/RUN/seedS/model, a save_pretrained folder gc-evaluate loads)")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild results.json, tables and plots from the finished runs; train nothing")
+    ap.add_argument("--export", metavar="DIR",
+                    help="copy the study's record (study.json, config.yaml, the adopted recipes, the wall time and "
+                         "each finished run's study_result.json; no weights) into DIR and exit; train nothing. Copied "
+                         "back into an empty --out, the same command goes on where the study stood "
+                         "(composer/study/record.py)")
     ap.add_argument("--verbose", action="store_true", help="the libraries' INFO logs too (graph cache, IL spawns)")
     add_config_arguments(ap, saved="OUT/config.yaml")
     return ap
@@ -123,6 +129,8 @@ def main(argv=None) -> int:
     if not args.out:
         ap.error("--out is required (the study's folder)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.export:
+        return export(args.out, args.export)
     if not args.verbose:  # one line per run; the libraries' chatter only with --verbose
         from composer.training.log_levels import quiet_library_logging
 
@@ -163,6 +171,19 @@ def main(argv=None) -> int:
     if st["failed"]:
         logger.error("%d runs failed (rerun to retry): %s", len(st["failed"]), st["failed"])
         return 1
+    return 0
+
+
+def export(study: str, dest: str) -> int:
+    """``--export``: the study's record into ``dest``; safe to call while the study runs."""
+    from composer.study.record import export_record
+
+    try:
+        done = export_record(study, dest)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
+    logger.info("exported %s to %s: %d files written, %d unchanged; %d finished runs", study, dest,
+                len(done.written), len(done.unchanged), done.finished_runs)
     return 0
 
 
