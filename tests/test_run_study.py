@@ -457,6 +457,30 @@ def test_two_ray_workers_train_the_study_and_kept_weights_load_as_gc_evaluate_lo
     assert again["R@1"] == composer["mcd"]["R@1"] and again["R@5"] == composer["mcd"]["R@5"]
 
 
+def test_the_ray_the_study_starts_gives_its_workers_a_malloc_that_keeps_freed_memory(monkeypatch):
+    """The study's workers get composer.study.execute.WORKER_MALLOC in their environment (glibc reads it at start;
+    without it a VM whose free memory went back to the host spent most of a worker's CPU faulting pages in), and
+    a value the user set wins."""
+    import ray
+
+    from composer.study.execute import WORKER_MALLOC, StudyOptions, ray_resources
+
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1234")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert not ray.is_initialized()
+    try:
+        ray_resources(StudyOptions(jobs=2))
+
+        @ray.remote(num_cpus=1)
+        def worker_env():
+            return {k: os.environ.get(k) for k in WORKER_MALLOC}
+
+        seen = ray.get(worker_env.remote())
+    finally:
+        ray.shutdown()
+    assert seen == {"MALLOC_MMAP_THRESHOLD_": WORKER_MALLOC["MALLOC_MMAP_THRESHOLD_"], "MALLOC_TRIM_THRESHOLD_": "1234"}
+
+
 def test_a_killed_study_resumes_and_trains_no_finished_run_again(world_env, run_study):
     """The study's process killed (SIGKILL) after its first run finished: the rerun keeps that run's result,
     trains the rest (the run the kill interrupted starts over in its folder) and completes."""

@@ -36,6 +36,14 @@ __all__ = ["RESULT", "StudyOptions", "ray_resources", "run_recipe", "run_tasks",
 
 logger = logging.getLogger(__name__)
 
+# glibc's malloc for the study's Ray workers, unless the environment sets it: blocks under 32 MB from the heap and
+# 256 MB of free heap kept, instead of returning freed tensors' memory to the kernel and faulting it in again at
+# the next step. On the project's 2-core VM, once its free memory had gone back to the host, that re-faulting took
+# 70-90 % of the workers' CPU in the kernel (perf: clear_page_erms under page faults from torch's fill and empty)
+# and COMPOSER trained at 0.33 steps/s instead of 1.0 (docs/benchmarks.md, "Page faults in the study's workers").
+# Allocation only: the numbers are the same.
+WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "268435456"}
+
 
 @dataclass
 class StudyOptions:
@@ -196,7 +204,8 @@ def ray_resources(options: StudyOptions) -> tuple[int, int]:
     from crg.ray_engine import join_ray, task_resources
 
     if not ray.is_initialized():
-        env = {k: os.environ[k] for k in ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR") if k in os.environ}
+        passed = ("PYTHONPATH", "GC_DATA_DIR", "GC_CACHE_DIR", *WORKER_MALLOC)
+        env = {**WORKER_MALLOC, **{k: os.environ[k] for k in passed if k in os.environ}}
         env["RAY_CHDIR_TO_TRIAL_DIR"] = "0"  # Tune's trials keep the study's working directory (relative paths)
         join_ray(options.address, env)
         check_worker_code()
