@@ -117,6 +117,11 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_argparser()
     args = ap.parse_args(argv)
+    if args.export:  # a copy of files: before the configuration, whose imports cost seconds
+        if not args.out:
+            ap.error("--export needs --out (the study's folder)")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return export(args.out, args.export)
     config = study_config(ap, argv, args)
     from composer.cli.config_file import config_yaml
     from composer.cli.study_config import CONFIG_FILE
@@ -129,8 +134,6 @@ def main(argv=None) -> int:
     if not args.out:
         ap.error("--out is required (the study's folder)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.export:
-        return export(args.out, args.export)
     if not args.verbose:  # one line per run; the libraries' chatter only with --verbose
         from composer.training.log_levels import quiet_library_logging
 
