@@ -117,10 +117,10 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_argparser()
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.export:  # a copy of files: before the configuration, whose imports cost seconds
         if not args.out:
             ap.error("--export needs --out (the study's folder)")
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return export(args.out, args.export)
     config = study_config(ap, argv, args)
     from composer.cli.config_file import config_yaml
@@ -133,7 +133,6 @@ def main(argv=None) -> int:
         return 0
     if not args.out:
         ap.error("--out is required (the study's folder)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # one line per run; the libraries' chatter only with --verbose
         from composer.training.log_levels import quiet_library_logging
 

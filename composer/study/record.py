@@ -3,8 +3,9 @@
 A long study outlives the machines it runs on only through what is copied off them. Its weights and
 checkpoints (hundreds of MB a run) are not worth keeping; what makes a finished run count as finished, and every
 figure the report draws, is its ``study_result.json`` (metrics, learning curve, configuration, timings). So the
-record is: the study's settings (``study.json``, and ``config.yaml``, which ``--config`` runs again), the recipes it trained from (``search/chosen.json``), the wall
-time of every invocation (``wall_seconds.json``) and each finished run's result. Copied back into an empty study
+record is: the study's settings (``study.json``, and ``config.yaml``, which ``--config`` runs again), the
+recipes it trained from (``search/chosen.json``), the wall time of every invocation (``wall_seconds.json``) and
+each finished run's result. Copied back into an empty study
 folder, it lets the same command go on where the study stood: finished runs are skipped, the data are generated
 again byte-identical, and ``--report-only`` rebuilds the tables and plots from it.
 """
@@ -13,12 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crg.outputs import write_bytes_atomic
+from composer.report.results import RESULT
+from crg.outputs import WALL_FILE, write_bytes_atomic
 
 __all__ = ["RECORD_FILES", "RecordExport", "record_files", "export_record"]
 
-RECORD_FILES = ("study.json", "config.yaml", "search/chosen.json", "wall_seconds.json")
-RUN_RESULT = "runs/*/seed*/study_result.json"
+# written by composer/study/data.py, composer/cli/study.py (CONFIG_FILE) and composer/study/search.py, whose
+# constants would cost this seconds-fast copy their imports
+RECORD_FILES = ("study.json", "config.yaml", "search/chosen.json", WALL_FILE)
+RUN_RESULT = f"runs/*/seed*/{RESULT}"  # composer.report.results.run_folder's layout
 
 
 @dataclass
@@ -30,7 +34,7 @@ class RecordExport:
 
     @property
     def finished_runs(self) -> int:
-        return sum(p.endswith("study_result.json") for p in self.written + self.unchanged)
+        return sum(p.endswith(RESULT) for p in self.written + self.unchanged)
 
 
 def record_files(study: str | Path) -> list[str]:
@@ -57,7 +61,6 @@ def export_record(study: str | Path, dest: str | Path) -> RecordExport:
         if target.is_file() and target.read_bytes() == data:
             done.unchanged.append(rel)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(target, data)
+        write_bytes_atomic(target, data)  # (makes the folder)
         done.written.append(rel)
     return done
