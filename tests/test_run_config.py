@@ -178,7 +178,7 @@ def test_every_study_flag_overrides_a_field_of_its_configuration():
     from composer.study.execute import StudyOptions
 
     dests = {a.dest for a in study.build_argparser()._actions} - {"help", "config", "print_config", "out",
-                                                                   "report_only", "verbose"}
+                                                                   "report_only", "export", "verbose"}
     assert dests <= set(PATHS), sorted(dests - set(PATHS))
     top, options = {f.name for f in fields(StudyConfig)}, {f.name for f in fields(StudyOptions)}
     for path in (p for ps in PATHS.values() for p in ps):
