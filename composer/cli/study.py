@@ -46,10 +46,12 @@ def build_argparser() -> argparse.ArgumentParser:
                                   "--print-config")
     ap.add_argument("--profile", default="cpu", help="sizes and runs: smoke, cpu, gpu, cpu_il, ... (the names of "
                                                      "PROFILES in composer/study/config.py; default cpu)")
-    ap.add_argument("--seeds", type=int_list, help="comma-separated seeds (default: the profile's, 0,1,2 for cpu and gpu)")
+    ap.add_argument("--seeds", type=int_list,
+                    help="comma-separated seeds (default: the profile's, 0,1,2 for cpu and gpu)")
     ap.add_argument("--runs", help="comma-separated run names, a subset of the profile's (default: all of them)")
-    ap.add_argument("--jobs", type=positive_int, help="runs trained at a time, as Ray tasks of cores / jobs threads each "
-                                             "(default: the profile's; cpu: 2; 1 = in this process)")
+    ap.add_argument("--jobs", type=positive_int,
+                    help="runs trained at a time, as Ray tasks of cores / jobs threads each (default: the "
+                         "profile's; cpu: 2; 1 = in this process)")
     ap.add_argument("--address", help="a Ray cluster's address (ray start --head; the study directory must be "
                                       "on a file system every node shares); default: this machine")
     ap.add_argument("--accelerator", default="auto", help="Lightning accelerator (default: GPU when available)")

@@ -374,7 +374,7 @@ class Composer(PretrainedModel, nn.Module):
         Why: each lookup's backward fills a dense gradient of the whole (vocabulary, D) table (30,522 rows
         for a world batch's ~100 used ones); one lookup fills one. Rows and positions are what two lookups give.
         """
-        (U, S), (P, T) = word_ids.shape, template_ids.shape
+        (U, S), T = word_ids.shape, template_ids.shape[1]
         L = max(S, T)
         ids = torch.cat([F.pad(word_ids, (0, L - S)), F.pad(template_ids, (0, L - T))])   # (U' + P', L)
         pt = self.predicate_transformer
