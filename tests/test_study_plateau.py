@@ -310,3 +310,24 @@ def test_the_last_quarter_trend_is_the_least_squares_slope_with_its_error():
                                                                     "last_quarter_gain": 2.0, "best": {}},
                                                        "curve": curve}}}}
     assert f"| {slope:+.1f} ± {se:.1f} | **no** |" in render_plateau_table(found)
+
+
+def test_half_trained_runs_are_resumed_before_fresh_ones_are_started(tmp_path):
+    """A plateau study starts with the runs a kill left with a last checkpoint, each group in the study's order
+    (their results come soonest); a fixed-budget profile, whose checkpoints are overwritten, keeps its order."""
+    from composer.report.results import run_folder
+    from composer.study.execute import resumed_first
+
+    plateau, fixed = get_profile("converge_long"), get_profile("cpu")
+    assert plateau.plateau is not None and fixed.plateau is None
+    runs = {run.name: run for run in study_runs(plateau)}
+    todo = [(runs[name], seed) for seed in (1, 2) for name in ("composer", "vse", "flat", "codebook_clip")]
+    for name, seed in (("codebook_clip", 2), ("vse", 1), ("flat", 2)):
+        (run_folder(tmp_path, name, seed) / "checkpoints").mkdir(parents=True)
+        (run_folder(tmp_path, name, seed) / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run_folder(tmp_path, "composer", 1) / "checkpoints").mkdir(parents=True)  # a folder without a checkpoint
+
+    order = [(run.name, seed) for run, seed in resumed_first(todo, plateau, tmp_path)]
+    assert order == [("vse", 1), ("flat", 2), ("codebook_clip", 2),
+                     ("composer", 1), ("flat", 1), ("codebook_clip", 1), ("composer", 2), ("vse", 2)]
+    assert resumed_first(todo, fixed, tmp_path) == todo

@@ -7,8 +7,9 @@ A run (a :class:`composer.study.config.StudyRun` and a seed) is trained by the s
 CLIP family's probe) score the **saved** model (``model/``, loaded by :func:`composer.models.registry.load_pretrained`
 as ``gc-evaluate`` loads it) and are written to ``study_result.json``, the run's mark of being finished.
 
-:func:`run_tasks` runs the unfinished ones: in this process for one job, else as Ray tasks (a local Ray
-of this machine's cores, or the cluster at ``address``; one GPU per run where there is one).
+:func:`run_tasks` runs the unfinished ones, the half-trained first (:func:`resumed_first`): in this process for
+one job, else as Ray tasks (a local Ray of this machine's cores, or the cluster at ``address``; one GPU per run
+where there is one).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from composer.training.curve import read_train_curve
 from composer.training.recipes import RecipeOverrides, TrainingRecipe, named_recipe
 from crg.outputs import write_json_atomic, write_text_atomic
 
-__all__ = ["RESULT", "StudyOptions", "ray_resources", "run_recipe", "run_tasks", "study_schedule",
+__all__ = ["RESULT", "StudyOptions", "ray_resources", "resumed_first", "run_recipe", "run_tasks", "study_schedule",
            "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
@@ -212,6 +213,21 @@ def ray_resources(options: StudyOptions) -> tuple[int, int]:
     return task_resources(options.jobs)
 
 
+def resumed_first(todo: list[tuple[StudyRun, int]], profile: StudyProfile, out: Path) -> list[tuple[StudyRun, int]]:
+    """``todo`` with the runs an interruption left half-trained first, each group in its given order.
+
+    Why: to the plateau, a run with a last checkpoint resumes from it (:func:`train_and_evaluate`), so it is
+    nearer its end than a fresh one; finishing it first means a machine that goes away loses the fewest
+    finished results. A fixed-budget run's checkpoint is overwritten, not resumed: the order stays as given.
+    """
+    if profile.plateau is None:
+        return list(todo)
+    def half_trained(task: tuple[StudyRun, int]) -> bool:
+        return (run_folder(out, task[0].name, task[1]) / "checkpoints" / "last.ckpt").exists()
+
+    return [task for task in todo if half_trained(task)] + [task for task in todo if not half_trained(task)]
+
+
 def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,
               options: StudyOptions) -> None:
     """Train and evaluate every (run, seed) without a ``study_result.json``; the finished ones are skipped.
@@ -226,6 +242,7 @@ def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: di
             logger.info("[%d/%d] %s seed %d: done before, skipped", k, len(tasks), run.name, seed)
         else:
             todo.append((run, seed))
+    todo = resumed_first(todo, profile, out)
     if options.jobs == 1 and options.address is None:
         for k, (run, seed) in enumerate(todo, 1):
             logger.info("[%d/%d] %s seed %d: training", k, len(todo), run.name, seed)
