@@ -123,7 +123,7 @@ def train_and_evaluate(run: StudyRun, seed: int, profile: StudyProfile, data: di
         return train(recipe, trainer_options, out, callbacks, fit_schedule=schedule,
                      on_trained=lambda prepared: trained.update(run=prepared))
 
-    if profile.plateau is not None and (out / "checkpoints" / "last.ckpt").exists():
+    if resumes(profile, out):
         try:
             fit = fit_in("resume")
         except Exception as err:  # noqa: BLE001 -- other settings, or a checkpoint a kill cut short
@@ -213,19 +213,19 @@ def ray_resources(options: StudyOptions) -> tuple[int, int]:
     return task_resources(options.jobs)
 
 
+def resumes(profile: StudyProfile, directory: Path) -> bool:
+    """Whether the run in ``directory`` goes on from its last checkpoint: to the plateau, runs are long and a
+    kill leaves them half-trained; a fixed-budget run's checkpoint is overwritten instead."""
+    return profile.plateau is not None and (directory / "checkpoints" / "last.ckpt").exists()
+
+
 def resumed_first(todo: list[tuple[StudyRun, int]], profile: StudyProfile, out: Path) -> list[tuple[StudyRun, int]]:
-    """``todo`` with the runs an interruption left half-trained first, each group in its given order.
+    """``todo`` with the runs that :func:`resumes` first, each group in its given order (a stable sort).
 
-    Why: to the plateau, a run with a last checkpoint resumes from it (:func:`train_and_evaluate`), so it is
-    nearer its end than a fresh one; finishing it first means a machine that goes away loses the fewest
-    finished results. A fixed-budget run's checkpoint is overwritten, not resumed: the order stays as given.
+    Why: a resumed run is nearer its end than a fresh one; finishing it first means a machine that goes away
+    loses the fewest finished results.
     """
-    if profile.plateau is None:
-        return list(todo)
-    def half_trained(task: tuple[StudyRun, int]) -> bool:
-        return (run_folder(out, task[0].name, task[1]) / "checkpoints" / "last.ckpt").exists()
-
-    return [task for task in todo if half_trained(task)] + [task for task in todo if not half_trained(task)]
+    return sorted(todo, key=lambda task: not resumes(profile, run_folder(out, task[0].name, task[1])))
 
 
 def run_tasks(tasks: list[tuple[StudyRun, int]], profile: StudyProfile, data: dict, out: Path,
