@@ -161,10 +161,19 @@ def _kill_points(n_steps: int) -> list[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def tiny_training(tiny_world, tmp_path_factory):
-    """The uninterrupted reference: VSE ``tiny`` on the 36-image world, checkpoints every 4 steps."""
+    """The uninterrupted reference: VSE ``tiny`` on the 36-image world, checkpoints every 4 steps; one torch thread
+    for the module's runs. Why: the tests fork children that train, and a child forked after its parent ran a
+    multi-threaded product hangs in its own first one (torch's CPU wheel uses GNU OpenMP, which is not fork-safe).
+    The whole suite ran on one thread anyway, set at import by test_negclip.py and test_structural_negatives.py,
+    which hid it: this module alone, on two cores, hung until its 300 s join."""
     import hashlib
 
+    import torch
+
     from composer.training.fit import TrainerOptions, train
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     from composer.training.recipes import RecipeOverrides, named_recipe
 
     recipe = named_recipe("vse", str(tiny_world / "captions.jsonl"), RecipeOverrides(
@@ -177,7 +186,8 @@ def tiny_training(tiny_world, tmp_path_factory):
     out = tmp_path_factory.mktemp("reference") / "run"
     results = train(recipe, options(), out)
     digest = hashlib.sha256((out / "model" / "model.safetensors").read_bytes()).hexdigest()
-    return recipe, options, results, digest
+    yield recipe, options, results, digest
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("point", range(6))

@@ -236,6 +236,21 @@ def test_the_budget_sets_the_steps_and_a_killed_run_continues_the_same_curve(tin
         assert resumed["global_step"] == 23 and resumed["plateau"]["best"] == full["plateau"]["best"]
 
 
+def test_a_step_checkpoint_due_at_a_validation_is_written_after_it(tiny_world, tmp_path, scripted_val):
+    # the best validation is the first; the step checkpoints fall on validation steps (5, 10, 15): each is written
+    # after its validation, not left to the best-by-validation callback (which writes last.ckpt on a new best only)
+    scripted_val(lambda step: 10.0 if step == 5 else 5.0)
+    recipe = _recipe(tiny_world, val_every_positives=40, max_positives=184)
+    out = tmp_path / "run"
+    with pytest.raises(Killed):
+        train(recipe, _options(test=False, ckpt_every_n_steps=5), out, callbacks=[KillAt(17)])
+    last = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    best = torch.load(out / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
+    assert best["global_step"] == 5 and last["global_step"] == 15
+    curve, _ = read_curve(out)
+    assert [p.step for p in curve.points] == [5, 10, 15]       # written after the validation it holds
+
+
 class KillAt(L.Callback):
     """Raises at the start of the batch after step ``step`` (its checkpoint, if any, is written by then)."""
 

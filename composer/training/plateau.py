@@ -140,18 +140,30 @@ class PatienceStopping(EarlyStopping):
 
 
 class StepCheckpoint(ModelCheckpoint):
-    """The every-N-steps ``last.ckpt`` that skips steps followed by a validation: a checkpoint written before
-    a validation would, when resumed, skip that validation (Lightning fast-forwards past it); the
-    validation's own checkpoint (the best-by-validation callback's ``save_last``) is written after it."""
+    """The every-N-steps ``last.ckpt``, written after the validation when one follows the step: a checkpoint
+    written before a validation would, when resumed, skip that validation (Lightning fast-forwards past it).
+    Why not leave that step to the best-by-validation callback: its ``save_last`` writes only when the
+    validation is a new best, so without this a run that stopped improving kept a checkpoint up to twice the
+    cadence old."""
 
     def __init__(self, *args, validates_after: Callable[[object], bool], **kwargs):
         super().__init__(*args, **kwargs)
         self.validates_after = validates_after
+        self._due_after_validation = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.validates_after(trainer):
+            every = self._every_n_train_steps
+            self._due_after_validation = every >= 1 and trainer.global_step % every == 0
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self._due_after_validation and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            self._last_global_step_saved = trainer.global_step
+        self._due_after_validation = False
 
 
 def stop_reason(*, stopping: EarlyStopping | None, global_step: int, budget_steps: int | None,
