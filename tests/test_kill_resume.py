@@ -171,10 +171,10 @@ def tiny_training(tiny_world, tmp_path_factory):
     import torch
 
     from composer.training.fit import TrainerOptions, train
+    from composer.training.recipes import RecipeOverrides, named_recipe
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    from composer.training.recipes import RecipeOverrides, named_recipe
 
     recipe = named_recipe("vse", str(tiny_world / "captions.jsonl"), RecipeOverrides(
         preset="tiny", features=str(tiny_world / "features.h5"), batch_size=8, max_regions=6, eval_images=6,

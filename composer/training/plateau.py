@@ -149,21 +149,17 @@ class StepCheckpoint(ModelCheckpoint):
     def __init__(self, *args, validates_after: Callable[[object], bool], **kwargs):
         super().__init__(*args, **kwargs)
         self.validates_after = validates_after
-        self._due_after_validation = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.validates_after(trainer):
-            every = self._every_n_train_steps
-            self._due_after_validation = every >= 1 and trainer.global_step % every == 0
-            return
+            return  # a checkpoint due now is written after the validation (on_validation_end)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         super().on_validation_end(trainer, pl_module)
-        if self._due_after_validation and not self._should_skip_saving_checkpoint(trainer):
+        every = self._every_n_train_steps  # (a step already saved, or not fitting: _should_skip says so)
+        if every >= 1 and trainer.global_step % every == 0 and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-            self._last_global_step_saved = trainer.global_step
-        self._due_after_validation = False
 
 
 def stop_reason(*, stopping: EarlyStopping | None, global_step: int, budget_steps: int | None,
